@@ -1,0 +1,357 @@
+"""Job configs: YAML -> typed, validated objects. Every error names the file, the key path and the value."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+import yaml
+
+from rqsweep.corpus import Chunking
+from rqsweep.engine.scope import Scope
+from rqsweep.errors import InputError
+from rqsweep.knobs import KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
+
+KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
+METRICS = ("recall_at_5", "recall_at_10", "mrr")
+SAMPLERS = ("tpe", "gp", "random", "nsga2")
+_MISSING = object()
+
+
+class Section:
+    """A mapping being read: remembers its file and key path, and rejects keys nobody asked for."""
+
+    def __init__(self, data: object, file: Path, path: str):
+        if not isinstance(data, dict):
+            raise InputError(file, path or "(top level)", f"expected a mapping, got {data!r}")
+        self.data, self.file, self.path = data, file, path
+
+    def where(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str | int, value: object, problem: str) -> InputError:
+        return InputError(self.file, self.where(key), f"{value!r}: {problem}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = _MISSING,
+            check: Callable[[Any], bool] | None = None, rule: str = "") -> Any:
+        if key not in self.data or (self.data[key] is None and default is not _MISSING):
+            if default is _MISSING:
+                raise InputError(self.file, self.where(key), "is required")
+            return default
+        value = self.data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            else:
+                names = " or ".join(k.__name__ for k in kinds)
+                raise self.fail(key, value, f"expected {names}")
+        if check is not None and not check(value):
+            raise self.fail(key, value, rule)
+        return value
+
+    def choice(self, key: str, options: tuple[str, ...], default: str | object = _MISSING) -> str:
+        return self.get(key, str, default, lambda v: v in options, f"expected one of {', '.join(options)}")
+
+    def section(self, key: str, default: dict | None = None) -> "Section":
+        value = self.data.get(key, default if default is not None else _MISSING)
+        if value is _MISSING:
+            raise InputError(self.file, self.where(key), "is required")
+        return Section({} if value is None else value, self.file, self.where(key))
+
+    def only(self, *allowed: str) -> "Section":
+        unknown = sorted(set(self.data) - set(allowed))
+        if unknown:
+            raise InputError(self.file, self.where(unknown[0]),
+                             f"unknown key (allowed here: {', '.join(allowed)})")
+        return self
+
+    def knob(self, key: str, checker: Callable[[object], Any], default: Any = _MISSING) -> Any:
+        if key not in self.data:
+            if default is _MISSING:
+                raise InputError(self.file, self.where(key), "is required")
+            return default
+        try:
+            return checker(self.data[key])
+        except KnobError as exc:
+            raise self.fail(key, self.data[key], str(exc).split(": ", 1)[1]) from None
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    kind: Literal["feature-hash", "openai", "ollama"] = "feature-hash"
+    dimensions: int | None = 1024
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    batch_size: int = 64
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class EmbeddedConfig:
+    embedder: EmbedderConfig = EmbedderConfig()
+    chunking: Chunking = Chunking()
+    tie_order: Literal["postgres", "insertion"] = "postgres"
+    cache_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class KnobSpec:
+    """Values of one knob: a list, or a range (`step`, or `num` points, optionally log-spaced)."""
+
+    values: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    num: int | None = None
+    log: bool = False
+    off: bool = False  # also try the knob switched off (no floor / no recency blend)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    strategy: Literal["grid", "optimize"]
+    knobs: dict[str, KnobSpec]
+    sampler: str = "tpe"
+    n_trials: int = 100
+    seed: int | None = None
+    timeout: float | None = None
+    source: str = "inline"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A slice collapses when `metric` < `min`, or falls more than `max_drop` below the baseline's."""
+
+    metric: str
+    slice: str  # a slice name, "overall", or "*" for every slice
+    min: float | None = None
+    max_drop: float | None = None
+
+    def describe(self) -> str:
+        bound = f">= {self.min:g}" if self.min is not None else f"drop <= {self.max_drop:g} vs baseline"
+        return f"{self.metric}[{self.slice}] {bound}"
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str = "mrr"
+    slice: str = "overall"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str
+    path: Path
+    sha256: str
+    raw: dict
+    corpus: Path | None
+    golden: Path
+    backend: EmbeddedConfig
+    limit: int
+    scope: Scope
+    sweep: SweepConfig
+    baseline: Knobs
+    objective: Objective
+    constraints: tuple[Constraint, ...]
+    workers: int
+    output_dir: Path
+    extra_warnings: tuple[str, ...] = field(default=())
+
+
+def _read_yaml(path: Path) -> tuple[bytes, object]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read: {exc.strerror}") from None
+    try:
+        return raw, yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise InputError(path, "", f"not valid YAML: {exc}") from None
+
+
+def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
+    values = sec.get(key, list, check=lambda v: len(v) > 0, rule="expected a non-empty list")
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(checker(v))
+        except KnobError as exc:
+            raise InputError(sec.file, f"{sec.where(key)}[{i}]", f"{v!r}: {str(exc).split(': ', 1)[1]}") from None
+    return tuple(dict.fromkeys(out))
+
+
+_CHECKERS = {"rrf_k": check_rrf_k, "min_similarity": check_min_similarity, "recency_half_life_days": check_half_life}
+
+
+def _knob_spec(sec: Section, knob: str) -> KnobSpec:
+    sec.only("values", "low", "high", "step", "num", "log", "off")
+    checker = _CHECKERS[knob]
+    if "values" in sec.data:
+        if set(sec.data) - {"values"}:
+            raise InputError(sec.file, sec.path, "give either `values` or a range (low, high, step/num), not both")
+        return KnobSpec(values=_number_list(sec, "values", checker))
+    low, high = sec.knob("low", checker), sec.knob("high", checker)
+    if low is None or high is None or not low <= high:
+        raise InputError(sec.file, sec.path, f"need low <= high, got low={low!r} high={high!r}")
+    log = sec.get("log", bool, False)
+    if log and low <= 0:
+        raise sec.fail("low", low, "a log-spaced range needs low > 0")
+    step = sec.get("step", (int, float), None, lambda v: v > 0, "must be > 0")
+    num = sec.get("num", int, None, lambda v: v >= 1, "must be >= 1")
+    if step is not None and (num is not None or log):
+        raise InputError(sec.file, sec.path, "give `step` for a linear range, or `num` (with `log`), not both")
+    if knob == "rrf_k" and step is not None and step != int(step):
+        raise sec.fail("step", step, "rrf_k is an integer: the step must be whole")
+    off = sec.get("off", bool, False)
+    if off and knob == "rrf_k":
+        raise sec.fail("off", off, "rrf_k cannot be switched off")
+    return KnobSpec(low=low, high=high, step=step, num=num, log=log, off=off)
+
+
+def _sweep_file(name: str, config: Path) -> Path:
+    """A path relative to the config, or a bare name looked up in the project's `sweeps/` folder."""
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        return (config.parent / name).resolve()
+    for folder in (config.parent.parent / "sweeps", config.parent / "sweeps"):
+        if (folder / f"{name}.yaml").exists():
+            return (folder / f"{name}.yaml").resolve()
+    raise InputError(config, "sweep", f"{name!r}: no sweeps/{name}.yaml next to the configs folder")
+
+
+def _sweep(value: object, config: Path) -> SweepConfig:
+    if isinstance(value, str):
+        file = _sweep_file(value, config)
+        _, data = _read_yaml(file)
+        source = value
+    else:
+        file, data, source = config, value, "inline"
+    sec = Section(data, file, "" if isinstance(value, str) else "sweep")
+    sec.only("strategy", "knobs", "optimize", "description")
+    strategy = sec.choice("strategy", ("grid", "optimize"), "grid")
+    knobs_sec = sec.section("knobs").only(*KNOBS)
+    knobs = {k: _knob_spec(knobs_sec.section(k), k) for k in KNOBS if k in knobs_sec.data}
+    if not knobs:
+        raise InputError(file, knobs_sec.path, "name at least one knob to sweep")
+    opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout")
+    if strategy == "optimize" and "optimize" not in sec.data:
+        raise InputError(file, sec.where("optimize"), "strategy optimize needs n_trials (and optionally sampler, seed)")
+    return SweepConfig(
+        strategy=strategy, knobs=knobs,
+        sampler=opt.choice("sampler", SAMPLERS, "tpe"),
+        n_trials=opt.get("n_trials", int, 100, lambda v: v >= 1, "must be >= 1"),
+        seed=opt.get("seed", int, None),
+        timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),
+        source=source,
+    )
+
+
+def _constraints(sec_list: object, file: Path) -> tuple[Constraint, ...]:
+    if sec_list is None:
+        return ()
+    if not isinstance(sec_list, list):
+        raise InputError(file, "constraints", f"{sec_list!r}: expected a list")
+    out = []
+    for i, item in enumerate(sec_list):
+        sec = Section(item, file, f"constraints[{i}]").only("metric", "slice", "min", "max_drop")
+        metric = sec.choice("metric", METRICS)
+        lo = sec.get("min", (int, float), None, lambda v: 0 <= v <= 1, "must be in [0, 1]")
+        drop = sec.get("max_drop", (int, float), None, lambda v: 0 <= v <= 1, "must be in [0, 1]")
+        if (lo is None) == (drop is None):
+            raise InputError(file, sec.path, "give exactly one of `min` (a floor) or `max_drop` (vs the baseline)")
+        out.append(Constraint(metric, sec.get("slice", str, "*"), lo, drop))
+    return tuple(out)
+
+
+def _embedded(sec: Section) -> EmbeddedConfig:
+    sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
+    emb = sec.section("embedder", {}).only("kind", "dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout")
+    kind = emb.choice("kind", ("feature-hash", "openai", "ollama"), "feature-hash")
+    embedder = EmbedderConfig(
+        kind=kind,
+        dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
+        base_url=emb.get("base_url", str, None), model=emb.get("model", str, None),
+        api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
+        batch_size=emb.get("batch_size", int, 64, lambda v: v >= 1, "must be >= 1"),
+        timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
+    )
+    if kind != "feature-hash" and embedder.model is None:
+        raise InputError(sec.file, emb.where("model"), f"is required for embedder kind {kind!r}")
+    ch = sec.section("chunking", {}).only("strategy", "chunk_size", "chunk_overlap")
+    strategy = ch.choice("strategy", ("whole", "size"), "size")
+    size = ch.get("chunk_size", int, 1000, lambda v: v >= 1, "must be >= 1")
+    overlap = ch.get("chunk_overlap", int, 200, lambda v: 0 <= v < size, f"must be in [0, chunk_size={size})")
+    cache = sec.get("cache_dir", str, None)
+    return EmbeddedConfig(
+        embedder=embedder, chunking=Chunking(strategy, size, overlap),
+        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
+        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
+    )
+
+
+def _scope(sec: Section) -> Scope:
+    tags = sec.get("tags", dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+        raise sec.fail("tags", tags, "tags must map strings to strings")
+
+    def names(key: str) -> tuple[str, ...] | None:
+        value = sec.get(key, list, None)
+        if value is not None and not all(isinstance(v, str) for v in value):
+            raise sec.fail(key, value, "expected a list of strings")
+        return None if value is None else tuple(value)
+
+    include_documents = sec.get("include_documents", bool, True)
+    include_memories = sec.get("include_memories", bool, True)
+    if not (include_documents or include_memories):
+        raise InputError(sec.file, sec.path, "include_documents and include_memories cannot both be false")
+    return Scope(tags, include_documents, include_memories, names("memory_stores"),
+                 names("document_paths"), names("document_keys"))
+
+
+def load_config(path: Path) -> JobConfig:
+    """Read and validate a job config; relative paths in it are relative to the config file."""
+    path = Path(path)
+    raw_bytes, data = _read_yaml(path)
+    top = Section(data, path, "").only(
+        "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
+        "objective", "constraints", "workers", "output_dir",
+    )
+    base = path.parent
+    corpus = top.get("corpus", str, None)
+    backend = top.section("backend", {"kind": "embedded"})
+    kind = backend.choice("kind", ("embedded",), "embedded")
+    search = top.section("search", {}).only(
+        "limit", "tags", "include_documents", "include_memories", "memory_stores", "document_paths", "document_keys")
+    sweep_value = top.data.get("sweep")
+    if sweep_value is None:
+        raise InputError(path, "sweep", "is required: a file under sweeps/ or an inline {strategy, knobs}")
+    b = top.section("baseline", {})
+    b.only(*KNOBS)
+    baseline = Knobs(
+        b.knob("rrf_k", check_rrf_k, 60), b.knob("min_similarity", check_min_similarity, None),
+        b.knob("recency_half_life_days", check_half_life, 0.0),
+    )
+    obj = top.section("objective", {}).only("metric", "slice")
+    out = top.get("output_dir", str, "results")
+    return JobConfig(
+        name=top.get("name", str, path.stem, lambda v: v.replace("-", "").replace("_", "").isalnum(),
+                     "use letters, digits, '-' and '_' (it names the results folder)"),
+        path=path.resolve(), sha256=hashlib.sha256(raw_bytes).hexdigest(), raw=data,
+        corpus=(base / corpus).resolve() if corpus else None,
+        golden=(base / top.get("golden", str)).resolve(),
+        backend=_embedded(backend) if kind == "embedded" else None,
+        limit=search.get("limit", int, 10, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
+        scope=_scope(search),
+        sweep=_sweep(sweep_value, path),
+        baseline=baseline,
+        objective=Objective(obj.choice("metric", METRICS, "mrr"), obj.get("slice", str, "overall")),
+        constraints=_constraints(top.data.get("constraints"), path),
+        workers=top.get("workers", int, 1, lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)"),
+        output_dir=(base / out).resolve(),
+    )
+

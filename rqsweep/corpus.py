@@ -1,0 +1,158 @@
+"""The corpus SOAT searches: documents (cut into chunks) and memories (short facts with ages)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal, Mapping
+
+import yaml
+
+from rqsweep.errors import InputError
+
+ChunkStrategy = Literal["whole", "size"]
+
+
+@dataclass(frozen=True)
+class Document:
+    key: str
+    content: str
+    path: str = ""
+    title: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Memory:
+    key: str
+    content: str
+    store: str = "default"
+    tags: Mapping[str, str] = field(default_factory=dict)
+    age_days: float = 0.0
+
+
+@dataclass(frozen=True)
+class Corpus:
+    documents: tuple[Document, ...]
+    memories: tuple[Memory, ...]
+
+    def keys(self) -> set[str]:
+        return {d.key for d in self.documents} | {m.key for m in self.memories}
+
+
+@dataclass(frozen=True)
+class Chunking:
+    strategy: ChunkStrategy = "size"
+    chunk_size: int = 1000
+    chunk_overlap: int = 200
+
+
+@dataclass(frozen=True)
+class Chunk:
+    chunk_id: str
+    document_key: str
+    content: str
+
+
+def _utf16_slices(text: str, size: int, step: int) -> list[str]:
+    """JavaScript's `text.slice(s, s + size)` for s = 0, step, ... while s < length, in UTF-16 units."""
+    if all(ord(c) < 0x10000 for c in text):
+        return [text[s : s + size] for s in range(0, len(text), step)]
+    units = text.encode("utf-16-le", "surrogatepass")
+    n = len(units) // 2
+    # A window can split a surrogate pair; the lone half reaches the server as U+FFFD.
+    return [
+        units[2 * s : 2 * min(s + size, n)].decode("utf-16-le", "replace")
+        for s in range(0, n, step)
+    ]
+
+
+def chunk_document(doc: Document, chunking: Chunking) -> list[Chunk]:
+    """SOAT's chunk strategies: `whole` is one chunk; `size` is overlapping fixed windows."""
+    if chunking.strategy == "whole":
+        pieces = [doc.content]
+    else:
+        pieces = _utf16_slices(doc.content, chunking.chunk_size, chunking.chunk_size - chunking.chunk_overlap)
+    return [Chunk(f"{doc.key}#{i}", doc.key, piece) for i, piece in enumerate(pieces)]
+
+
+def memory_updated_at(memory: Memory, now: datetime) -> datetime:
+    """The `updated_at` a memory of this age has, from one clock reading (SOAT's eval backdates this way)."""
+    return now - timedelta(milliseconds=round(memory.age_days * 86_400_000))
+
+
+def _tags(value: object, file: Path, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise InputError(file, where, f"tags must map strings to strings, got {value!r}")
+    return dict(value)
+
+
+def _text(row: dict, name: str, file: Path, where: str, *, required: bool = True) -> str:
+    value = row.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise InputError(file, f"{where}.{name}", f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _known_fields(row: object, allowed: set[str], file: Path, where: str) -> dict:
+    if not isinstance(row, dict):
+        raise InputError(file, where, f"expected a mapping, got {row!r}")
+    unknown = sorted(set(row) - allowed)
+    if unknown:
+        raise InputError(file, f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    return row
+
+
+def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
+    """Validate raw document and memory rows (rqsweep's format and SOAT's golden corpus alike)."""
+    if not isinstance(documents, list) or not isinstance(memories, list):
+        raise InputError(file, "corpus", "expected lists under `documents` and `memories`")
+    docs, mems, seen = [], [], {}
+    for i, row in enumerate(documents):
+        where = f"documents[{i}]"
+        row = _known_fields(row, {"key", "path", "title", "content", "tags", "metadata"}, file, where)
+        docs.append(Document(
+            key=_text(row, "key", file, where), content=_text(row, "content", file, where),
+            path=_text(row, "path", file, where, required=False), title=_text(row, "title", file, where, required=False),
+            tags=_tags(row.get("tags"), file, f"{where}.tags"),
+        ))
+    for i, row in enumerate(memories):
+        where = f"memories[{i}]"
+        row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
+        age = row.get("age_days", 0)
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not age >= 0:
+            raise InputError(file, f"{where}.age_days", f"expected a number >= 0, got {age!r}")
+        store = row.get("store", row.get("memory", "default"))
+        if not isinstance(store, str) or not store:
+            raise InputError(file, f"{where}.store", f"expected a store name, got {store!r}")
+        mems.append(Memory(
+            key=_text(row, "key", file, where), content=_text(row, "content", file, where),
+            store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=float(age),
+        ))
+    for where, item in [(f"documents[{i}]", d) for i, d in enumerate(docs)] + [
+        (f"memories[{i}]", m) for i, m in enumerate(mems)
+    ]:
+        if item.key in seen:
+            raise InputError(file, f"{where}.key", f"duplicate key {item.key!r} (first at {seen[item.key]})")
+        seen[item.key] = where
+    return Corpus(tuple(docs), tuple(mems))
+
+
+def load_corpus(path: Path) -> Corpus:
+    """Read a corpus file in rqsweep's format (YAML or JSON with `documents` and `memories`)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read corpus: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise InputError(path, "", f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    data = _known_fields(data, {"documents", "memories"}, path, "")
+    return corpus_from_rows(data.get("documents", []), data.get("memories", []), path)

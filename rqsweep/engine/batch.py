@@ -1,0 +1,143 @@
+"""The fast path: where each expected item lands, for many knob settings of one query at once.
+
+A query's candidates (its merged vector list V and lexical list L) do not depend on the knobs, and
+`min_similarity` only truncates V (V is sorted by similarity, so the inclusive floor keeps a prefix).
+Per query we tabulate, for each distinct `rrf_k` and each possible V prefix length, the fused score
+and the position every item takes in SOAT's fused order (score descending, ties in first-insertion
+order). The recency blend then re-sorts stably, so the final order is (decayed score descending,
+fused position ascending), and an item's final position is one plus the number of items before it.
+
+Arithmetic follows SOAT's: `1/(rrf_k + r)` per list, V's term added before L's, the decay factor
+`2 ** (-age / half_life)` multiplied in only for memories older than zero days.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from rqsweep.engine.channels import Candidate, Candidates
+from rqsweep.knobs import Knobs
+
+_BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
+
+
+@dataclass(frozen=True)
+class SettingsBatch:
+    """Knob settings as columns; `min_similarity` is NaN where the floor is off."""
+
+    rrf_k: np.ndarray
+    min_similarity: np.ndarray
+    half_life: np.ndarray
+
+    @classmethod
+    def from_knobs(cls, settings: Sequence[Knobs]) -> "SettingsBatch":
+        return cls(
+            np.array([s.rrf_k for s in settings], dtype=np.int64),
+            np.array([np.nan if s.min_similarity is None else s.min_similarity for s in settings], dtype=np.float64),
+            np.array([s.recency_half_life_days for s in settings], dtype=np.float64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.rrf_k)
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A query's candidates as arrays over its distinct items, in V order then lexical-only in L order."""
+
+    v_pos: np.ndarray  # 1-based position in the unfloored V, 0 when not a vector candidate
+    l_pos: np.ndarray  # 1-based position in L, 0 when not a lexical candidate
+    v_similarity: np.ndarray  # V's similarities, non-increasing
+    age_days: np.ndarray  # memory age for the recency blend; 0 (never decayed) for documents
+    groups: tuple[np.ndarray, ...]  # per expected key, the items that count as a hit for it
+
+
+def plan_query(candidates: Candidates, expected: Sequence[set[tuple[str, int]]],
+               memory_age_days: np.ndarray) -> QueryPlan:
+    """Index a query's candidates; `expected` holds, per expected key, the (source_type, row) pairs it covers."""
+    items: dict[tuple[str, int], int] = {}
+    for c in candidates.vector + candidates.lexical:
+        items.setdefault((c.source_type, c.row), len(items))
+    m = len(items)
+    v_pos, l_pos = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    for positions, channel in ((v_pos, candidates.vector), (l_pos, candidates.lexical)):
+        for p, c in enumerate(channel, 1):
+            positions[items[(c.source_type, c.row)]] = p
+    age = np.zeros(m)
+    for (source_type, row), i in items.items():
+        if source_type == "memory":
+            age[i] = memory_age_days[row]
+    groups = tuple(np.array(sorted(items[x] for x in group if x in items), dtype=np.int64) for group in expected)
+    sims = np.array([c.score for c in candidates.vector], dtype=np.float64)
+    return QueryPlan(v_pos, l_pos, sims, age, groups)
+
+
+def _fused_tables(plan: QueryPlan, rrf_ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fused score and fused-order position of every item, per (distinct rrf_k, kept V prefix length).
+
+    Items absent for a prefix get score -1 so that they sort after every present item.
+    """
+    n_v = len(plan.v_similarity)
+    prefixes = np.arange(n_v + 1)[:, None]
+    in_v = plan.v_pos > 0
+    kept = in_v[None, :] & (plan.v_pos[None, :] <= prefixes)  # (prefix, item)
+    in_l = plan.l_pos > 0
+    k = rrf_ks.astype(np.float64)[:, None, None]
+    with np.errstate(divide="ignore"):
+        v_term = np.where(kept[None], 1.0 / (k + plan.v_pos[None, None, :]), 0.0)
+        l_term = np.where(in_l[None, None, :], 1.0 / (k + plan.l_pos[None, None, :]), 0.0)
+    present = kept | in_l[None, :]
+    fused = np.where(present[None], v_term + l_term, -1.0)
+    insertion = np.where(kept, plan.v_pos[None, :], len(plan.v_pos) + 1 + plan.l_pos[None, :])
+    order = np.lexsort((np.broadcast_to(insertion[None], fused.shape), -fused), axis=-1)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.arange(order.shape[-1])[None, None, :], axis=-1)
+    return fused, position
+
+
+def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> np.ndarray:
+    """(settings, expected keys) int64: 1-based position of each key's first slot in the cut list, 0 if absent."""
+    s = len(settings)
+    out = np.zeros((s, len(plan.groups)), dtype=np.int64)
+    if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
+        return out
+    ks, k_idx = np.unique(settings.rrf_k, return_inverse=True)
+    floor = np.where(np.isnan(settings.min_similarity), -np.inf, settings.min_similarity)
+    kept = np.searchsorted(-plan.v_similarity, -floor, side="right")  # inclusive floor keeps a prefix of V
+    fused, position = _fused_tables(plan, ks)
+    n_prefix = fused.shape[1]
+    fused = fused.reshape(len(ks) * n_prefix, -1)
+    position = position.reshape(len(ks) * n_prefix, -1)
+    row = k_idx * n_prefix + kept
+
+    decays = plan.age_days > 0
+    hs, h_idx = np.unique(settings.half_life, return_inverse=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(decays[None, :] & (hs[:, None] > 0), 2.0 ** (-plan.age_days[None, :] / hs[:, None]), 1.0)
+    blended = bool(decays.any()) and bool((hs > 0).any())
+    targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
+
+    for start in range(0, s, _BLOCK):
+        block = slice(start, start + _BLOCK)
+        pos = position[row[block]]
+        f = fused[row[block]]
+        if blended:
+            d = f * factor[h_idx[block]]
+            rank = np.empty((len(pos), len(targets)), dtype=np.int64)
+            for t, item in enumerate(targets):
+                de, pe = d[:, item : item + 1], pos[:, item : item + 1]
+                ahead = (d > de) | ((d == de) & (pos < pe))
+                rank[:, t] = ahead.sum(axis=1) + 1
+        else:
+            rank = pos[:, targets] + 1
+        rank = np.where(f[:, targets] >= 0, rank, 0)  # absent items hold no slot
+        rank = np.where(rank <= limit, rank, 0)
+        for g, group in enumerate(plan.groups):
+            if len(group):
+                cols = rank[:, np.searchsorted(targets, group)]
+                hit = np.where(cols > 0, cols, np.iinfo(np.int64).max).min(axis=1)
+                out[block, g] = np.where(hit == np.iinfo(np.int64).max, 0, hit)
+    return out

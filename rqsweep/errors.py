@@ -1,0 +1,32 @@
+"""Errors a user can act on, each tied to the exit code the command line reports."""
+
+from __future__ import annotations
+
+
+class RqsweepError(Exception):
+    """Base class: a message for the user, and the process exit code it maps to."""
+
+    exit_code = 1
+
+
+class InputError(RqsweepError):
+    """Invalid config, corpus or golden set: names the file, the key path and the value."""
+
+    exit_code = 2
+
+    def __init__(self, file: object, where: str, problem: str):
+        self.file, self.where, self.problem = str(file), where, problem
+        location = f"{self.file}: {where}" if where else self.file
+        super().__init__(f"{location}: {problem}")
+
+
+class BackendError(RqsweepError):
+    """A backend could not answer (unreachable server, rejected credentials, bad responses)."""
+
+    exit_code = 3
+
+
+class NoFeasibleSetting(RqsweepError):
+    """Every evaluated setting violates a constraint."""
+
+    exit_code = 4

@@ -1,0 +1,164 @@
+"""Golden sets: labelled queries `{slice, query, expected}` in rqsweep's format or SOAT's golden.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from rqsweep.corpus import Corpus, corpus_from_rows
+from rqsweep.errors import InputError
+
+OVERALL = "overall"
+SourceType = Literal["document", "memory"]
+
+
+@dataclass(frozen=True)
+class Expected:
+    source_type: SourceType
+    key: str
+
+
+@dataclass(frozen=True)
+class GoldenQuery:
+    id: str
+    slice: str
+    query: str
+    expected: tuple[Expected, ...]
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    path: Path
+    sha256: str
+    queries: tuple[GoldenQuery, ...]
+    corpus: Corpus | None  # SOAT's golden.json carries its corpus inline
+    warnings: tuple[str, ...]
+
+    @property
+    def slices(self) -> list[str]:
+        return sorted({q.slice for q in self.queries})
+
+
+def _read(path: Path) -> tuple[bytes, object]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
+    text = raw.decode("utf-8")
+    try:
+        if path.suffix == ".jsonl":
+            rows = []
+            for n, line in enumerate(text.splitlines(), 1):
+                if line.strip():
+                    try:
+                        rows.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise InputError(path, f"line {n}", f"not valid JSON: {exc.msg}") from None
+            return raw, rows
+        return raw, (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text))
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise InputError(path, "", f"not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {exc}") from None
+
+
+def _string(row: dict, name: str, path: Path, where: str) -> str:
+    value = row.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _own_rows(rows: object, path: Path) -> list[tuple[str, str, str, list[tuple[str | None, str]]]]:
+    if not isinstance(rows, list):
+        raise InputError(path, "", "expected a list of {id?, slice, query, expected} rows")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"[{i}]"
+        if not isinstance(row, dict):
+            raise InputError(path, where, f"expected a mapping, got {row!r}")
+        unknown = sorted(set(row) - {"id", "slice", "query", "expected"})
+        if unknown:
+            raise InputError(path, f"{where}.{unknown[0]}", "unknown field (allowed: id, slice, query, expected)")
+        qid = row.get("id", f"q{i + 1:04d}")
+        if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+            raise InputError(path, f"{where}.id", f"expected a string, got {qid!r}")
+        expected = row.get("expected")
+        keys = expected if isinstance(expected, list) else [expected]
+        if not keys or not all(isinstance(k, str) and k for k in keys):
+            raise InputError(path, f"{where}.expected", f"expected a key or a non-empty list of keys, got {expected!r}")
+        out.append((str(qid), _string(row, "slice", path, where), _string(row, "query", path, where),
+                    [(None, k) for k in keys]))
+    return out
+
+
+def _soat_rows(data: dict, path: Path) -> list[tuple[str, str, str, list[tuple[str | None, str]]]]:
+    queries = data.get("queries")
+    if not isinstance(queries, list):
+        raise InputError(path, "queries", "expected a list")
+    out = []
+    for i, row in enumerate(queries):
+        where = f"queries[{i}]"
+        if not isinstance(row, dict):
+            raise InputError(path, where, f"expected a mapping, got {row!r}")
+        expected = row.get("expected")
+        if not isinstance(expected, list) or not expected:
+            raise InputError(path, f"{where}.expected", f"expected a non-empty list, got {expected!r}")
+        items = []
+        for j, item in enumerate(expected):
+            ewhere = f"{where}.expected[{j}]"
+            if not isinstance(item, dict) or item.get("source_type") not in ("document", "memory"):
+                raise InputError(path, ewhere, f"expected {{source_type: document|memory, key}}, got {item!r}")
+            items.append((item["source_type"], _string(item, "key", path, ewhere)))
+        out.append((_string(row, "id", path, where), _string(row, "kind", path, where),
+                    _string(row, "query", path, where), items))
+    return out
+
+
+def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
+    """Load and validate a golden set against its corpus (given, or inline in SOAT's format).
+
+    Every expected key must exist, ids must be unique and slice names non-empty; duplicate
+    query texts are allowed but reported in `warnings`.
+    """
+    raw, data = _read(path)
+    inline = None
+    if isinstance(data, dict) and "queries" in data:
+        c = data.get("corpus")
+        if not isinstance(c, dict):
+            raise InputError(path, "corpus", "SOAT golden.json needs a `corpus` with documents and memories")
+        inline = corpus_from_rows(c.get("documents", []), c.get("memories", []), path)
+        rows = _soat_rows(data, path)
+    else:
+        rows = _own_rows(data, path)
+    if corpus is None:
+        corpus = inline
+    if corpus is None:
+        raise InputError(path, "", "no corpus: name one in the config, or use SOAT's golden.json with its corpus")
+    types = {d.key: "document" for d in corpus.documents} | {m.key: "memory" for m in corpus.memories}
+    if not rows:
+        raise InputError(path, "", "the golden set has no queries")
+    queries, ids = [], {}
+    for i, (qid, slice_, text, items) in enumerate(rows):
+        where = f"queries[{i}]" if inline is not None else f"[{i}]"
+        if qid in ids:
+            raise InputError(path, f"{where}.id", f"duplicate query id {qid!r} (first at {ids[qid]})")
+        ids[qid] = where
+        if slice_ == OVERALL:
+            raise InputError(path, f"{where}.slice", f"{OVERALL!r} is reserved for the figure over all queries")
+        expected = []
+        for j, (stype, key) in enumerate(items):
+            if key not in types:
+                raise InputError(path, f"{where}.expected[{j}]",
+                                 f"key {key!r} (query {qid!r}) does not exist in the corpus")
+            if stype is not None and stype != types[key]:
+                raise InputError(path, f"{where}.expected[{j}]", f"key {key!r} is a {types[key]}, not a {stype}")
+            expected.append(Expected(types[key], key))
+        queries.append(GoldenQuery(qid, slice_, text, tuple(dict.fromkeys(expected))))
+    dupes = [t for t, n in Counter(q.query for q in queries).items() if n > 1]
+    warnings = tuple(f"query text {t!r} appears more than once" for t in dupes)
+    return GoldenSet(path, hashlib.sha256(raw).hexdigest(), tuple(queries), inline, warnings)

@@ -1,0 +1,116 @@
+"""The fast path (batch.expected_positions) against the reference path (fusion.fuse), and section 2's rules."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings as hsettings, strategies as st
+
+from rqsweep.engine.batch import SettingsBatch, expected_positions, plan_query
+from rqsweep.engine.channels import Candidate, Candidates, merge_shards
+from rqsweep.engine.fusion import fuse
+from rqsweep.knobs import Knobs
+
+
+def C(source_type: str, row: int, score: float) -> Candidate:
+    return Candidate(source_type, row, score)
+
+
+def positions_from_reference(cands, knobs, limit, ages, groups):
+    ranked = fuse(cands, knobs, limit, ages)
+    out = []
+    for group in groups:
+        hits = [p for p, f in enumerate(ranked, 1) if (f.source_type, f.row) in group]
+        out.append(min(hits) if hits else 0)
+    return out
+
+
+# Few distinct values so that exact ties are everywhere, as they are in SOAT's channels.
+SIMS = [0.9, 0.8, 0.8125, 0.5, 0.5, 0.25]
+RANKS = [0.1, 0.2, 0.1, 0.3, 0.05]
+
+
+@st.composite
+def scenario(draw):
+    limit = draw(st.integers(1, 6))
+    n_docs, n_mems = draw(st.integers(0, 12)), draw(st.integers(0, 8))
+    doc_rows, mem_rows = list(range(n_docs)), list(range(n_mems))
+
+    def channel(scores):
+        docs = draw(st.lists(st.sampled_from(doc_rows), unique=True, max_size=limit)) if doc_rows else []
+        mems = draw(st.lists(st.sampled_from(mem_rows), unique=True, max_size=limit)) if mem_rows else []
+        d = sorted((C("document", r, draw(st.sampled_from(scores))) for r in docs), key=lambda c: -c.score)
+        m = sorted((C("memory", r, draw(st.sampled_from(scores))) for r in mems), key=lambda c: -c.score)
+        return merge_shards(d, m)
+
+    cands = Candidates(channel(SIMS), channel(RANKS))
+    ages = np.array(draw(st.lists(st.sampled_from([0.0, -2.0, 0.5, 1.0, 3.0, 30.0, 400.0, 5000.0]),
+                                  min_size=n_mems, max_size=n_mems)))
+    # A document key covers several chunk rows; a memory key one row.
+    doc_keys = [set(("document", r) for r in doc_rows if r % 3 == k) for k in range(3)]
+    groups = [g for g in doc_keys if g] + [{("memory", r)} for r in mem_rows]
+    chosen = draw(st.lists(st.sampled_from(groups), min_size=1, max_size=3)) if groups else [set()]
+    knobs = draw(st.lists(st.builds(
+        Knobs,
+        rrf_k=st.sampled_from([1, 2, 5, 20, 60, 61, 1000]),
+        min_similarity=st.sampled_from([None, 0.0, 0.25, 0.5, 0.8, 0.8125, 0.85, 1.0]),
+        recency_half_life_days=st.sampled_from([0.0, 0.1, 1.0, 7.0, 30.0, 365.0]),
+    ), min_size=1, max_size=20))
+    return cands, limit, ages, chosen, knobs
+
+
+@hsettings(max_examples=600, deadline=None)
+@given(scenario())
+def test_fast_path_equals_reference(case):
+    cands, limit, ages, groups, knobs = case
+    plan = plan_query(cands, groups, ages)
+    fast = expected_positions(plan, SettingsBatch.from_knobs(knobs), limit)
+    for s, k in enumerate(knobs):
+        assert fast[s].tolist() == positions_from_reference(cands, k, limit, ages, groups), k
+
+
+def test_floor_is_inclusive_and_never_refills():
+    vector = (C("document", 0, 0.9), C("document", 1, 0.5), C("memory", 0, 0.4))
+    cands = Candidates(vector, ())
+    kept = [(f.source_type, f.row) for f in fuse(cands, Knobs(min_similarity=0.5), 10, np.zeros(1))]
+    assert kept == [("document", 0), ("document", 1)]
+    # The cut already happened upstream: a floor that removes items leaves fewer, not others.
+    assert len(fuse(cands, Knobs(min_similarity=0.95), 10, np.zeros(1))) == 0
+
+
+def test_recency_never_promotes_future_items_and_never_touches_documents():
+    vector = (C("document", 0, 0.9), C("memory", 0, 0.8), C("memory", 1, 0.7))
+    ages = np.array([-10.0, 10.0])  # memory 0 is timestamped in the future
+    ranked = fuse(Candidates(vector, ()), Knobs(rrf_k=60, recency_half_life_days=1.0), 10, ages)
+    scores = {(f.source_type, f.row): f.score for f in ranked}
+    assert scores[("document", 0)] == 1 / 61
+    assert scores[("memory", 0)] == 1 / 62
+    assert scores[("memory", 1)] == (1 / 63) * 2.0 ** -10
+
+
+def test_fused_ties_keep_first_insertion_order():
+    # Item a: V1 + L3, item b: V3 + L1 tie exactly; a was inserted first (V order), so it stays first.
+    a, b, c = C("document", 0, 0.9), C("document", 1, 0.7), C("memory", 0, 0.8)
+    vector = (a, c, b)
+    lexical = (C("document", 1, 0.3), C("memory", 0, 0.2), C("document", 0, 0.1))
+    ranked = fuse(Candidates(vector, lexical), Knobs(rrf_k=60), 10, np.zeros(1))
+    assert [(f.source_type, f.row) for f in ranked] == [("document", 0), ("document", 1), ("memory", 0)]
+    assert ranked[0].score == ranked[1].score
+
+
+def test_shard_merge_puts_documents_first_on_equal_scores():
+    merged = merge_shards([C("document", 5, 0.5)], [C("memory", 1, 0.5), C("memory", 2, 0.6)])
+    assert [(c.source_type, c.row) for c in merged] == [("memory", 2), ("document", 5), ("memory", 1)]
+
+
+def test_lexical_only_items_follow_vector_items_on_ties():
+    # With the floor removing x from V, x becomes lexical-only and is inserted after V's items.
+    x, y = C("document", 0, 0.3), C("document", 1, 0.9)
+    cands = Candidates((x, y), (C("document", 1, 0.2), C("document", 0, 0.2)))
+    ranked = fuse(cands, Knobs(rrf_k=1, min_similarity=0.5), 10, np.zeros(0))
+    assert [f.row for f in ranked] == [1, 0]
+    assert ranked[0].vector_position == 1 and ranked[1].vector_position is None
+
+
+def test_cut_to_limit():
+    vector = tuple(C("document", i, 1 - i / 100) for i in range(20))
+    assert len(fuse(Candidates(vector, ()), Knobs(), 7, np.zeros(0))) == 7
