@@ -1,0 +1,22 @@
+"""Embedders: SOAT's feature-hash stand-in, remote providers as SOAT deployments call them, a disk cache.
+
+Every embedder returns float32 rows exactly as pgvector would store them (`to_pgvector_float32`).
+"""
+
+from rqsweep.engine.embed.cache import CachedEmbedder
+from rqsweep.engine.embed.feature_hash import FeatureHashEmbedder, fnv1a32, js_lower, tokens
+from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, to_pgvector_float32
+from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder
+
+__all__ = [
+    "CachedEmbedder",
+    "Embedder",
+    "EmbeddingError",
+    "FeatureHashEmbedder",
+    "OllamaEmbedder",
+    "OpenAIEmbedder",
+    "fnv1a32",
+    "js_lower",
+    "tokens",
+    "to_pgvector_float32",
+]

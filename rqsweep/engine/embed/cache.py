@@ -1,0 +1,100 @@
+"""An on-disk embedding cache, so a re-run never embeds the same text twice."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from collections.abc import Sequence
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+
+from rqsweep.engine.embed.protocol import Embedder, EmbeddingError
+
+_LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
+_BUSY_TIMEOUT_S = 60.0
+
+
+class CachedEmbedder:
+    """Wraps `inner`, keeping its vectors in `cache_dir`, keyed by its identity and each text's SHA-256.
+
+    One SQLite file per identity, in WAL mode: several processes may read and write it at once, and a
+    crash mid-write loses at most the uncommitted batch, never the file. Only the texts not yet cached
+    go to `inner`, each once, in one `embed` call. `hits` counts texts served from disk, `misses` the
+    distinct texts sent to `inner`.
+    """
+
+    def __init__(self, inner: Embedder, cache_dir: Path) -> None:
+        self.inner = inner
+        self.path = Path(cache_dir) / _file_name(inner.identity)
+        self.hits = 0
+        self.misses = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(self._connect()) as conn, conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("CREATE TABLE IF NOT EXISTS vectors "
+                         "(sha256 BLOB PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID")
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('identity', ?)", (inner.identity,))
+            (stored,) = conn.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
+        if stored != inner.identity:
+            raise EmbeddingError(f"embedding cache {self.path} belongs to {stored!r}, not {inner.identity!r}")
+
+    @property
+    def identity(self) -> str:
+        """The inner embedder's: the cache changes where vectors come from, never what they are."""
+        return self.inner.identity
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedder({self.inner!r}, path={str(self.path)!r})"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Cached vectors for `texts`; the misses are embedded by `inner` in one call and stored."""
+        if not texts:
+            return self.inner.embed([])
+        keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in texts]
+        with closing(self._connect()) as conn:
+            found = self._lookup(conn, set(keys))
+            from_disk = sum(key in found for key in keys)
+            missing = {key: text for key, text in zip(keys, texts) if key not in found}
+            if missing:
+                vectors = np.asarray(self.inner.embed(list(missing.values())), dtype="<f4")
+                if vectors.ndim != 2 or len(vectors) != len(missing):
+                    raise EmbeddingError(f"{self.identity} returned shape {vectors.shape} "
+                                         f"for {len(missing)} texts")
+                with conn:
+                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)",
+                                     [(key, row.tobytes()) for key, row in zip(missing, vectors)])
+                found.update(zip(missing, vectors))
+        self.hits += from_disk
+        self.misses += len(missing)
+        if len({len(vector) for vector in found.values()}) != 1:
+            raise EmbeddingError(f"embedding cache {self.path} holds vectors of several dimensions for "
+                                 f"{self.identity}; delete the file to rebuild it")
+        return np.stack([found[key] for key in keys]).astype(np.float32)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is crash-safe under WAL; a power cut may drop the last commits, which are re-embedded.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    def _lookup(self, conn: sqlite3.Connection, keys: set[bytes]) -> dict[bytes, np.ndarray]:
+        wanted = list(keys)
+        found = {}
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start:start + _LOOKUP_CHUNK]
+            query = f"SELECT sha256, vector FROM vectors WHERE sha256 IN ({','.join('?' * len(chunk))})"
+            for key, blob in conn.execute(query, chunk):
+                if len(blob) % 4:
+                    raise EmbeddingError(f"embedding cache {self.path} holds a damaged vector; delete the file")
+                found[key] = np.frombuffer(blob, dtype="<f4")
+        return found
+
+
+def _file_name(identity: str) -> str:
+    """A readable, collision-proof file name for an identity (which may hold '/', ':' and a URL)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", identity)[:80]
+    return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite3"

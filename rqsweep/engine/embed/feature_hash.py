@@ -1,0 +1,199 @@
+"""SOAT's eval stand-in embedder: feature hashing, bit-exact to the JavaScript (docs section 4).
+
+The JavaScript works on UTF-16 strings, so this module does too: a *unit string* below is a Python str
+holding one UTF-16 code unit per character (an astral character becomes its two surrogates), which makes
+slicing, hashing and set membership behave exactly as on a JavaScript string.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import regex
+
+from rqsweep.engine.embed.protocol import to_pgvector_float32
+
+FNV_PRIME = 16777619
+INDEX_SEED = 2166136261
+SIGN_SEED = 1099511628
+TOKEN_WEIGHT = 1.0
+TRIGRAM_WEIGHT = 0.25
+
+# SOAT matches `[\p{L}\p{N}][\p{L}\p{N}_.-]*` and then strips the trailing run of `._-`; matching only up
+# to the run's last letter or digit yields the same tokens (the stripped characters cannot start a token)
+# without a second pass. After lower-casing, ASCII text has no letters or digits beyond [a-z0-9].
+_TOKEN = regex.compile(r"[\p{L}\p{N}](?:[\p{L}\p{N}_.-]*[\p{L}\p{N}])?")
+_ASCII_TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9_.-]*[a-z0-9])?")
+_ROWS_PER_BLOCK = 512
+
+# Σ lower-cases to ς at the end of a word (Unicode's Final_Sigma context), decided on the original text.
+# Characters both cased and case-ignorable (U+0345) are skipped over, as ICU and CPython do.
+_FINAL_SIGMA = regex.compile(
+    r"(?<=[\p{Cased}--\p{Case_Ignorable}]\p{Case_Ignorable}*)"
+    r"Σ"
+    r"(?!\p{Case_Ignorable}*[\p{Cased}--\p{Case_Ignorable}])",
+    flags=regex.V1,
+)
+# Lower-case mappings added in Unicode 15-17, which Node's ICU knows and CPython 3.11 (Unicode 14) does not
+# (the full list of differences over all code points, against Node 20 / ICU 78). On a newer CPython,
+# str.lower() maps them already and these entries never match.
+_NEWER_LOWERCASE = {
+    0x1C89: 0x1C8A, 0xA7CB: 0x0264, 0xA7CC: 0xA7CD, 0xA7CE: 0xA7CF, 0xA7D2: 0xA7D3, 0xA7D4: 0xA7D5,
+    0xA7DA: 0xA7DB, 0xA7DC: 0x019B,
+    **{upper: upper + 0x20 for upper in range(0x10D50, 0x10D66)},  # Garay
+    **{upper: upper + 0x1B for upper in range(0x16EA0, 0x16EB9)},  # Beria Erfe
+}
+
+
+def js_lower(text: str) -> str:
+    """JavaScript's `String.prototype.toLowerCase` (Unicode 17, as Node's ICU).
+
+    CPython's `str.lower` already applies the same full mappings ('İ' -> 'i̇') and the same Final_Sigma rule;
+    it differs only through its older Unicode database: letters added since Unicode 14, which it neither
+    lower-cases nor counts as cased next to a Σ.
+    """
+    return _lower_but_newest(text).translate(_NEWER_LOWERCASE)
+
+
+def tokens(text: str) -> list[str]:
+    """The tokens of `js_lower(text)`, in text order, trailing `._-` stripped (repeats kept).
+
+    A token starts with a letter or digit, so stripping never leaves an empty token to drop.
+    """
+    return [token.translate(_NEWER_LOWERCASE) for token in _tokens_but_newest(text)]
+
+
+def _lower_but_newest(text: str) -> str:
+    """`js_lower` without `_NEWER_LOWERCASE`, which maps letters to letters, so it moves no token boundary."""
+    if text.isascii():
+        return text.lower()
+    if "Σ" in text:
+        text = _FINAL_SIGMA.sub("ς", text).replace("Σ", "σ")
+    return text.lower()
+
+
+def _tokens_but_newest(text: str) -> list[str]:
+    # The embedder applies _NEWER_LOWERCASE once per distinct token: str.translate costs more than the
+    # rest of the lower-casing on non-Latin-1 text.
+    lowered = _lower_but_newest(text)
+    return (_ASCII_TOKEN if lowered.isascii() else _TOKEN).findall(lowered)
+
+
+def utf16_units(text: str) -> str:
+    """`text` as a unit string: one character per UTF-16 code unit."""
+    encoded = text.encode("utf-16-le", "surrogatepass")
+    if len(encoded) == 2 * len(text):
+        return text
+    return "".join(map(chr, struct.unpack(f"<{len(encoded) // 2}H", encoded)))
+
+
+def fnv1a32(text: str, seed: int = INDEX_SEED) -> int:
+    """32-bit FNV-1a over the UTF-16 code units of `text`, from `seed`."""
+    encoded = text.encode("utf-16-le", "surrogatepass")
+    h = seed
+    for unit in struct.unpack(f"<{len(encoded) // 2}H", encoded):
+        h = ((h ^ unit) * FNV_PRIME) & 0xFFFFFFFF
+    return h
+
+
+def token_features(token: str) -> list[tuple[str, float]]:
+    """A token's features in the order the JavaScript adds them to its Set, with their weights.
+
+    `"t:" + token` first, then `"g:" + window` for each 3-unit window of `"^" + token + "$"`, left to
+    right. Windows count UTF-16 units, so they may split a surrogate pair. Repeats are kept here; the set
+    of a whole text is formed by `FeatureHashEmbedder`.
+    """
+    padded = "^" + utf16_units(token) + "$"
+    grams = [("g:" + padded[i:i + 3], TRIGRAM_WEIGHT) for i in range(len(padded) - 2)]
+    return [("t:" + padded[1:-1], TOKEN_WEIGHT), *grams]
+
+
+class FeatureHashEmbedder:
+    """SOAT's deterministic feature-hashing embedder at `dimensions` dimensions (SOAT's eval uses 1024).
+
+    Reading of the JavaScript: the features of a text form a Set filled token by token in text order, each
+    token adding its `t:` feature then its `g:` windows left to right (`token_features`); every member then
+    adds `sign * weight` to its hashed index, and the vector is divided by its float64 L2 norm
+    (`Math.sqrt` of the sum of squares); no features or a zero norm give e0.
+
+    The insertion order cannot change the result: weights are 1 and 1/4, so every partial sum, and every
+    partial sum of squares, is a multiple of 1/16 far below 2**53, exact in float64 whatever the order.
+    That is what lets this class dedupe and scatter-add with numpy instead of replaying the Set in order.
+
+    Hashes are computed once per distinct feature and features once per distinct token, so the caches
+    grow with the vocabulary seen. Thread-safe.
+    """
+
+    def __init__(self, dimensions: int = 1024) -> None:
+        if dimensions < 1:
+            raise ValueError(f"dimensions must be >= 1, got {dimensions}")
+        self.dimensions = dimensions
+        self.identity = f"feature-hash/{dimensions}"
+        self._feature_ids: dict[str, int] = {}
+        self._token_ids: dict[str, bytes] = {}  # token -> its feature ids as packed int32
+        self._index = np.zeros(1024, dtype=np.int64)
+        self._signed_weight = np.zeros(1024, dtype=np.float64)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FeatureHashEmbedder(dimensions={self.dimensions})"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed `texts`; float64 arithmetic, float32 result as pgvector stores it."""
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        with self._lock:
+            for start in range(0, len(texts), _ROWS_PER_BLOCK):
+                block = texts[start:start + _ROWS_PER_BLOCK]
+                out[start:start + len(block)] = to_pgvector_float32(self._embed_float64(block))
+        return out
+
+    def _embed_float64(self, texts: Sequence[str]) -> np.ndarray:
+        known = self._token_ids
+        packed = [b"".join([known.get(token) or self._register_token(token)
+                            for token in dict.fromkeys(_tokens_but_newest(text))])
+                  for text in texts]
+        n_features = max(len(self._feature_ids), 1)
+        # One (row, feature) key per member of each text's feature set; int32 sorts twice as fast.
+        key_type = np.int32 if len(texts) * n_features < 2**31 else np.int64
+        ids = np.frombuffer(b"".join(packed), dtype=np.int32).astype(key_type)
+        rows = np.repeat(np.arange(len(texts), dtype=key_type), [len(p) // 4 for p in packed])
+        members = np.sort(rows * n_features + ids)
+        # np.unique would do, but its hash-based path is several times slower than sorting here.
+        first = np.ones(len(members), dtype=bool)
+        first[1:] = members[1:] != members[:-1]
+        members = members[first]
+        rows, ids = np.divmod(members, n_features)
+        dims = self.dimensions
+        # float64 cast: bincount answers int64 when no text has a feature.
+        vectors = np.bincount(rows * dims + self._index[ids], weights=self._signed_weight[ids],
+                              minlength=len(texts) * dims).astype(np.float64, copy=False)
+        vectors = vectors.reshape(len(texts), dims)
+        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        empty = norms == 0
+        vectors[~empty] /= norms[~empty, None]
+        vectors[empty] = 0.0
+        vectors[empty, 0] = 1.0
+        return vectors
+
+    def _register_token(self, token: str) -> bytes:
+        features = token_features(token.translate(_NEWER_LOWERCASE))
+        ids = struct.pack(f"{len(features)}i", *map(self._id_of_feature, features))
+        self._token_ids[token] = ids
+        return ids
+
+    def _id_of_feature(self, feature: tuple[str, float]) -> int:
+        name, weight = feature
+        feature_id = self._feature_ids.get(name)
+        if feature_id is None:
+            feature_id = len(self._feature_ids)
+            self._feature_ids[name] = feature_id
+            if feature_id == len(self._index):
+                self._index = np.concatenate([self._index, np.zeros_like(self._index)])
+                self._signed_weight = np.concatenate([self._signed_weight, np.zeros_like(self._signed_weight)])
+            self._index[feature_id] = fnv1a32(name, INDEX_SEED) % self.dimensions
+            self._signed_weight[feature_id] = weight if fnv1a32(name, SIGN_SEED) % 2 == 0 else -weight
+        return feature_id
