@@ -110,7 +110,7 @@ class KnobSpec:
     step: float | None = None
     num: int | None = None
     log: bool = False
-    off: bool = False  # also try the knob switched off (no floor / no recency blend)
+    off: bool = False  # `include_off`: also try the knob switched off (no floor / no recency blend)
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ _CHECKERS = {"rrf_k": check_rrf_k, "min_similarity": check_min_similarity, "rece
 
 
 def _knob_spec(sec: Section, knob: str) -> KnobSpec:
-    sec.only("values", "low", "high", "step", "num", "log", "off")
+    sec.only("values", "low", "high", "step", "num", "log", "include_off")
     checker = _CHECKERS[knob]
     if "values" in sec.data:
         if set(sec.data) - {"values"}:
@@ -208,9 +208,9 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
         raise InputError(sec.file, sec.path, "give `step` for a linear range, or `num` (with `log`), not both")
     if knob == "rrf_k" and step is not None and step != int(step):
         raise sec.fail("step", step, "rrf_k is an integer: the step must be whole")
-    off = sec.get("off", bool, False)
+    off = sec.get("include_off", bool, False)
     if off and knob == "rrf_k":
-        raise sec.fail("off", off, "rrf_k cannot be switched off")
+        raise sec.fail("include_off", off, "rrf_k cannot be switched off")
     return KnobSpec(low=low, high=high, step=step, num=num, log=log, off=off)
 
 
@@ -238,6 +238,9 @@ def _sweep(value: object, config: Path) -> SweepConfig:
     knobs = {k: _knob_spec(knobs_sec.section(k), k) for k in KNOBS if k in knobs_sec.data}
     if not knobs:
         raise InputError(file, knobs_sec.path, "name at least one knob to sweep")
+    for knob, spec in knobs.items():
+        if strategy == "grid" and knob != "rrf_k" and spec.values is None and spec.step is None and spec.num is None:
+            raise InputError(file, knobs_sec.where(knob), "a grid over a real range needs `step` or `num`")
     opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout")
     if strategy == "optimize" and "optimize" not in sec.data:
         raise InputError(file, sec.where("optimize"), "strategy optimize needs n_trials (and optionally sampler, seed)")

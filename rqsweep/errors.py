@@ -27,6 +27,10 @@ class BackendError(RqsweepError):
 
 
 class NoFeasibleSetting(RqsweepError):
-    """Every evaluated setting violates a constraint."""
+    """Every evaluated setting violates a constraint (raised after the run's files are written)."""
 
     exit_code = 4
+
+    def __init__(self, message: str, run_dir: object):
+        self.run_dir = run_dir
+        super().__init__(message)

@@ -1,0 +1,100 @@
+"""The embedded backend: SOAT's ranking in process, every setting re-fused from cached candidates."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+from joblib import Parallel, delayed
+
+from rqsweep.config import EmbeddedConfig
+from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
+from rqsweep.engine.channels import TIE_ORDERS
+from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
+from rqsweep.engine.index import Index
+from rqsweep.engine.scope import Scope
+from rqsweep.golden import GoldenSet
+from rqsweep.knobs import Knobs
+from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank, recall_at
+from rqsweep.results import QUERY_SCHEMA
+from rqsweep.space import setting_id
+
+_CHUNK = 2048  # settings per worker task
+
+
+def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int):
+    """(settings, queries) rank, recall@5, recall@10 and tie sensitivity for one chunk of settings."""
+    shape = (len(batch), len(plans))
+    rank, tie = np.zeros(shape, np.int64), np.zeros(shape, bool)
+    recalls = {k: np.zeros(shape) for k in RECALL_CUTOFFS}
+    for q, (plan, alternate) in enumerate(zip(plans, alternates)):
+        positions = expected_positions(plan, batch, limit)
+        rank[:, q] = first_relevant_rank(positions)
+        for k in RECALL_CUTOFFS:
+            recalls[k][:, q] = recall_at(positions, k)
+        tie[:, q] = first_relevant_rank(expected_positions(alternate, batch, limit)) != rank[:, q]
+    return rank, recalls, tie
+
+
+class EmbeddedBackend:
+    """Evaluates a golden set on an `Index`: candidates once per query, then the fast path per setting.
+
+    A query is tie-sensitive under a setting when the first relevant rank differs between
+    PostgreSQL's tie order and plain insertion order: an accident of storage order, not a signal.
+    """
+
+    name = "embedded"
+
+    def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1):
+        self.golden, self.limit, self.workers = golden, limit, workers
+        vectors = index.embed_queries([q.query for q in golden.queries])
+        plans = {order: [] for order in TIE_ORDERS}
+        for q, vector in zip(golden.queries, vectors):
+            keys = [e.key for e in q.expected]
+            for order in TIE_ORDERS:
+                plans[order].append(index.plan(q.query, keys, limit, scope, order, vector))
+        self.plans = plans[index.tie_order]
+        self.alternates = plans[next(o for o in TIE_ORDERS if o != index.tie_order)]
+
+    def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
+        batch = SettingsBatch.from_knobs(settings)
+        chunks = [slice(i, i + _CHUNK) for i in range(0, len(settings), _CHUNK)]
+        subsets = [SettingsBatch(batch.rrf_k[c], batch.min_similarity[c], batch.half_life[c]) for c in chunks]
+        if self.workers == 1 or len(chunks) == 1:
+            parts = [_score(self.plans, self.alternates, b, self.limit) for b in subsets]
+        else:
+            parts = Parallel(n_jobs=self.workers)(
+                delayed(_score)(self.plans, self.alternates, b, self.limit) for b in subsets)
+        rank = np.concatenate([p[0] for p in parts])
+        tie = np.concatenate([p[2] for p in parts])
+        recalls = {k: np.concatenate([p[1][k] for p in parts]) for k in RECALL_CUTOFFS}
+        n_q = len(self.golden.queries)
+        ids = [setting_id(s) for s in settings]
+        return pl.DataFrame({
+            "setting_id": np.repeat(np.array(ids, dtype=object), n_q),
+            "query_id": [q.id for q in self.golden.queries] * len(settings),
+            "slice": [q.slice for q in self.golden.queries] * len(settings),
+            "rank": rank.ravel(),
+            "recall_at_5": recalls[5].ravel(),
+            "recall_at_10": recalls[10].ravel(),
+            "error": pl.Series([None] * rank.size, dtype=pl.String),
+            "tie_sensitive": tie.ravel(),
+        }, schema=QUERY_SCHEMA)
+
+    def close(self) -> None:
+        pass
+
+
+def build_embedder(config: EmbeddedConfig) -> Embedder:
+    """The configured embedder, behind the on-disk vector cache when the config names one."""
+    e = config.embedder
+    if e.kind == "feature-hash":
+        embedder: Embedder = FeatureHashEmbedder(e.dimensions or 1024)
+    elif e.kind == "openai":
+        embedder = OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
+                                  dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout)
+    else:
+        embedder = OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
+                                  timeout=e.timeout)
+    return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder

@@ -1,0 +1,175 @@
+"""Command line: argument parsing and exit codes, nothing else.
+
+    rqsweep CONFIG [--dry-run] [--compare PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] ...
+    rqsweep report RUN_DIR
+    rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
+
+A run writes its results and report.md / report.html into its run folder, then applies the gate
+when asked (`--compare`, `--gate-file`). `--update-gate-file` accepts the run's numbers: it rewrites
+the gate file instead of gating against it (a previous run given with --compare still gates).
+
+Exit codes:
+    0    success (and the gate passed, when asked)
+    1    unexpected failure (a bug: the traceback says where)
+    2    invalid input: arguments, config, corpus, golden set, run folder or gate file
+    3    backend failure
+    4    no feasible setting (results and report are written all the same)
+    5    gate failed: a slice regressed, lost its metrics or fell to zero (the slices are named)
+    130  interrupted (resume with --resume RUN_DIR)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rqsweep import __version__
+from rqsweep.errors import NoFeasibleSetting, RqsweepError
+
+EXIT_GATE_FAILED = 5
+EXIT_INTERRUPTED = 130
+
+
+def _tolerance(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be in [0, 1]")
+    return value
+
+
+def _gate_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("gate")
+    g.add_argument("--gate-file", type=Path, metavar="FILE",
+                   help="gate against this committed JSON of per-slice metrics (see docs/nightly.md)")
+    g.add_argument("--update-gate-file", action="store_true",
+                   help="accept this run's numbers: rewrite --gate-file from them instead of gating against it")
+    g.add_argument("--tolerance", type=_tolerance, default=0.0,
+                   help="how far a slice's recall@10 or MRR may fall before the gate fails (default 0, "
+                        "compared at 4 decimals)")
+    return p
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep", parents=[_gate_options()],
+        description="Sweep SOAT's knowledge-search knobs over a golden set and write a Parquet grid and a report.",
+        epilog="Other commands: `rqsweep report RUN_DIR`, `rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR]` (--help on each).")
+    p.add_argument("config", type=Path, help="job config (YAML), e.g. configs/handbook.yaml")
+    p.add_argument("--workers", type=int, help="parallel workers (overrides the config's `workers`)")
+    p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR")
+    p.add_argument("--output-dir", type=Path, help="where run folders go (default: the config's output_dir)")
+    p.add_argument("--quiet", action="store_true", help="no progress output; the summary still prints")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate config and golden set, say how many settings and searches a run would make")
+    p.add_argument("--compare", type=Path, metavar="PREVIOUS_RUN_DIR",
+                   help="after the run, gate it against this earlier run folder")
+    p.add_argument("--version", action="version", version=f"rqsweep {__version__}")
+    return p
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rqsweep report",
+                                description="(Re)build report.md and report.html of a run folder from its Parquet files.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    return p
+
+
+def _gate_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rqsweep gate", parents=[_gate_options()],
+                                description="Gate a finished run against an earlier one and/or a gate file.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("previous", type=Path, nargs="?", metavar="PREVIOUS_RUN_DIR")
+    return p
+
+
+def _check_gate_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.update_gate_file and args.gate_file is None:
+        p.error("--update-gate-file needs --gate-file FILE")
+
+
+def _apply_gate(run_dir: Path, previous: Path | None, args: argparse.Namespace) -> int:
+    from rqsweep.gate import gate, write_gate_file
+
+    if previous is None and args.gate_file is None:
+        return 0
+    against_file = None if args.update_gate_file else args.gate_file
+    result = gate(run_dir, previous, against_file, args.tolerance)
+    print(result.text)
+    if not result.passed:
+        return EXIT_GATE_FAILED
+    if args.update_gate_file:
+        before = write_gate_file(run_dir, args.gate_file)
+        print(f"Gate file {args.gate_file} rewritten from this run" +
+              (f"; accepted changes:\n{before}" if before else "."))
+    return 0
+
+
+def _write_report(run_dir: Path) -> None:
+    from rqsweep.report import write_report
+
+    md, html = write_report(run_dir)
+    print(f"Report: {md} and {html}")
+
+
+def _run(argv: list[str]) -> int:
+    p = _run_parser()
+    args = p.parse_args(argv)
+    _check_gate_args(p, args)
+    from rqsweep import gate, job
+
+    if args.dry_run:
+        print(job.dry_run(args.config))
+        return 0
+    # A missing reference should stop the job before an hour of searching, not after it.
+    if args.compare is not None:
+        gate.run_snapshot(args.compare)
+    if args.gate_file is not None and (args.gate_file.exists() or not args.update_gate_file):
+        gate.read_gate_file(args.gate_file)
+    try:
+        outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
+                          output_dir=args.output_dir)
+    except NoFeasibleSetting as exc:
+        _write_report(Path(exc.run_dir))
+        raise
+    print(outcome.summary)
+    print(f"Results: {outcome.run_dir}")
+    _write_report(outcome.run_dir)
+    return _apply_gate(outcome.run_dir, args.compare, args)
+
+
+def _report(argv: list[str]) -> int:
+    args = _report_parser().parse_args(argv)
+    _write_report(args.run_dir)
+    return 0
+
+
+def _gate(argv: list[str]) -> int:
+    p = _gate_parser()
+    args = p.parse_args(argv)
+    _check_gate_args(p, args)
+    if args.previous is None and args.gate_file is None:
+        p.error("give PREVIOUS_RUN_DIR, --gate-file FILE, or both")
+    return _apply_gate(args.run_dir, args.previous, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|gate ...` work on finished run folders."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
+    commands = {"report": _report, "gate": _gate}
+    command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
+    try:
+        return command(argv)
+    except RqsweepError as exc:
+        print(f"rqsweep: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        hint = "; finished settings are kept: continue with --resume RUN_DIR" if command is _run else ""
+        print(f"rqsweep: interrupted{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The embedded engine's public surface: build an index from a corpus, search it as SOAT does."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from rqsweep.corpus import Chunking, Corpus, chunk_document, memory_updated_at
+from rqsweep.engine.batch import QueryPlan, plan_query
+from rqsweep.engine.channels import (
+    Candidates, TieOrder, lexical_channel, merge_shards, vector_channel,
+)
+from rqsweep.engine.cosine import cosine_distance
+from rqsweep.engine.embed import Embedder
+from rqsweep.engine.fusion import fuse
+from rqsweep.engine.scope import Scope, tags_contain
+from rqsweep.engine.tsearch import LexicalIndex
+from rqsweep.knobs import Knobs
+
+DEFAULT_LIMIT, MAX_LIMIT = 10, 100
+
+
+def clamp_limit(limit: object) -> int:
+    """SOAT's `limit`: floored, capped at 100; missing, non-numeric or < 1 gives 10."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit):
+        return DEFAULT_LIMIT
+    n = math.floor(limit)
+    return DEFAULT_LIMIT if n < 1 else min(n, MAX_LIMIT)
+
+
+@dataclass
+class Store:
+    """One table's rows in physical (insertion) order."""
+
+    source_type: str
+    ids: list[str]  # chunk ids or memory keys: the identity RRF fuses on
+    keys: list[str]  # the document key of a chunk, or the memory key
+    contents: list[str]
+    tags: list[Mapping[str, str]]
+    paths: list[str]  # document path, or the memory's store name
+    vectors: np.ndarray
+    lexical: LexicalIndex
+    updated_at_ms: np.ndarray
+    _scopes: dict = field(default_factory=dict, repr=False)
+
+    def rows_in_scope(self, scope: Scope) -> np.ndarray | None:
+        """Row numbers visible under `scope` (ascending), or None when every row is."""
+        key = scope.key()
+        if key not in self._scopes:
+            self._scopes[key] = self._select(scope)
+        return self._scopes[key]
+
+    def _select(self, scope: Scope) -> np.ndarray | None:
+        include = scope.include_documents if self.source_type == "document" else scope.include_memories
+        keep = np.full(len(self.ids), include, dtype=bool)
+        for i in range(len(self.ids)):
+            if keep[i] and scope.tags:
+                keep[i] = tags_contain(self.tags[i], scope.tags)
+            if keep[i] and self.source_type == "memory" and scope.memory_stores is not None:
+                keep[i] = self.paths[i] in scope.memory_stores
+            if keep[i] and self.source_type == "document":
+                if scope.document_keys is not None:
+                    keep[i] = self.keys[i] in scope.document_keys
+                if keep[i] and scope.document_paths is not None:
+                    keep[i] = any(self.paths[i].startswith(p) for p in scope.document_paths)
+        return None if keep.all() else np.flatnonzero(keep)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """A SOAT-shaped search result (the fields rqsweep reads)."""
+
+    source_type: str
+    key: str  # document key or memory key
+    chunk_id: str | None
+    content: str
+    score: float
+    similarity_score: float
+    signals: dict[str, int]
+    updated_at: datetime
+
+
+class Index:
+    """SOAT's two stores, embedded and indexed, searchable for any knob setting."""
+
+    def __init__(self, documents: Store, memories: Store, embedder: Embedder, now: datetime,
+                 tie_order: TieOrder = "postgres"):
+        self.stores = {"document": documents, "memory": memories}
+        self.embedder = embedder
+        self.now = now
+        self.tie_order = tie_order
+
+    @classmethod
+    def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
+              now: datetime | None = None, tie_order: TieOrder = "postgres") -> "Index":
+        """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from."""
+        now = now or datetime.now(timezone.utc)
+        now_ms = round(now.timestamp() * 1000)
+        chunks = [(d, c) for d in corpus.documents for c in chunk_document(d, chunking)]
+        texts = [c.content for _, c in chunks] + [m.content for m in corpus.memories]
+        vectors = embedder.embed(texts) if texts else np.zeros((0, 1), np.float32)
+        n = len(chunks)
+        documents = Store(
+            "document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
+            [c.content for _, c in chunks], [d.tags for d, _ in chunks], [d.path for d, _ in chunks],
+            vectors[:n], LexicalIndex([c.content for _, c in chunks]), np.full(n, now_ms, np.int64),
+        )
+        memories = Store(
+            "memory", [m.key for m in corpus.memories], [m.key for m in corpus.memories],
+            [m.content for m in corpus.memories], [m.tags for m in corpus.memories],
+            [m.store for m in corpus.memories], vectors[n:], LexicalIndex([m.content for m in corpus.memories]),
+            np.array([round(memory_updated_at(m, now).timestamp() * 1000) for m in corpus.memories], np.int64),
+        )
+        return cls(documents, memories, embedder, now, tie_order)
+
+    def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
+        """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""
+        now_ms = round((now or self.now).timestamp() * 1000)
+        return (now_ms - self.stores["memory"].updated_at_ms) / 86_400_000
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return self.embedder.embed(list(queries))
+
+    def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
+                   tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:
+        """The merged vector and lexical candidate lists of one query (independent of the knobs)."""
+        limit, tie_order = clamp_limit(limit), tie_order or self.tie_order
+        if query_vector is None:
+            query_vector = self.embed_queries([query])[0]
+        per_channel: dict[str, list] = {"vector": [], "lexical": []}
+        for source_type, store in self.stores.items():
+            rows = store.rows_in_scope(scope)
+            all_rows = np.arange(len(store.ids)) if rows is None else rows
+            in_scope = None
+            if rows is not None:
+                in_scope = np.zeros(len(store.ids), dtype=bool)
+                in_scope[rows] = True
+            per_channel["vector"].append(
+                vector_channel(source_type, store.vectors, all_rows, query_vector, limit, tie_order))
+            per_channel["lexical"].append(
+                lexical_channel(source_type, store.lexical, in_scope, query, limit, tie_order))
+        return Candidates(merge_shards(*per_channel["vector"]), merge_shards(*per_channel["lexical"]))
+
+    def search(self, query: str, knobs: Knobs = Knobs(), limit: object = DEFAULT_LIMIT, scope: Scope = Scope(),
+               tie_order: TieOrder | None = None, now: datetime | None = None) -> list[SearchResult]:
+        """Rank the corpus for one query and setting, exactly as SOAT's knowledge search does."""
+        limit = clamp_limit(limit)
+        query_vector = self.embed_queries([query])[0]
+        candidates = self.candidates(query, limit, scope, tie_order, query_vector)
+        fused = fuse(candidates, knobs, limit, self.memory_age_days(now))
+        results = []
+        for f in fused:
+            store = self.stores[f.source_type]
+            similarity = 1.0 - float(cosine_distance(store.vectors[f.row : f.row + 1], query_vector)[0])
+            signals = {name: p for name, p in (("vector", f.vector_position), ("lexical", f.lexical_position))
+                       if p is not None}
+            results.append(SearchResult(
+                f.source_type, store.keys[f.row], store.ids[f.row] if f.source_type == "document" else None,
+                store.contents[f.row], f.score, similarity, signals,
+                datetime.fromtimestamp(store.updated_at_ms[f.row] / 1000, timezone.utc),
+            ))
+        return results
+
+    def expected_rows(self, keys: Sequence[str]) -> list[set[tuple[str, int]]]:
+        """Per expected key, the (source_type, row) pairs that count as a hit: every chunk of a document."""
+        if not hasattr(self, "_rows_by_key"):
+            by_key: dict[str, set[tuple[str, int]]] = {}
+            for source_type, store in self.stores.items():
+                for row, key in enumerate(store.keys):
+                    by_key.setdefault(key, set()).add((source_type, row))
+            self._rows_by_key = by_key
+        return [self._rows_by_key.get(k, set()) for k in keys]
+
+    def plan(self, query: str, expected_keys: Sequence[str], limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
+             tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None,
+             now: datetime | None = None) -> QueryPlan:
+        """A query's candidates prepared for the fast path (`batch.expected_positions`)."""
+        candidates = self.candidates(query, limit, scope, tie_order, query_vector)
+        return plan_query(candidates, self.expected_rows(expected_keys), self.memory_age_days(now))

@@ -1,0 +1,209 @@
+"""The sweep job end to end on the embedded backend: files, types, values, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from rqsweep import job
+from rqsweep.corpus import Chunking, load_corpus
+from rqsweep.engine.embed import FeatureHashEmbedder
+from rqsweep.engine.index import Index
+from rqsweep.errors import NoFeasibleSetting
+from rqsweep.golden import load_golden
+from rqsweep.space import parse_setting_id
+from tests.minijob import write_job
+
+GRID_TYPES = {
+    "run_id": "string", "setting_id": "string", "rrf_k": "int64", "min_similarity": "double",
+    "recency_half_life_days": "double", "slice": "string", "queries": "int64", "recall_at_5": "double",
+    "recall_at_10": "double", "mrr": "double", "errors": "int64", "feasible": "bool", "violations": "string",
+    "is_baseline": "bool", "is_best": "bool", "config_sha256": "string", "golden_sha256": "string",
+}
+
+
+@pytest.fixture()
+def finished_run(tmp_path):
+    config = write_job(tmp_path / "job")
+    outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    return config, outcome
+
+
+def test_grid_parquet_types_and_metadata(finished_run):
+    _, outcome = finished_run
+    table = pq.read_table(outcome.run_dir / "grid.parquet")
+    types = {f.name: str(f.type) for f in table.schema}
+    for column, kind in GRID_TYPES.items():
+        assert types[column] == kind, column
+    meta = table.schema.metadata
+    assert json.loads(meta[b"rqsweep.config"])["name"] == "mini"
+    assert b"mrr" in meta[b"rqsweep.metrics"]
+    assert meta[b"rqsweep.version"]
+    # 3 rrf_k x 4 floors x 4 half-lives; 4 slices + overall each.
+    assert table.num_rows == 48 * 5
+
+
+def test_duckdb_reads_the_grid_and_the_query_table(finished_run):
+    _, outcome = finished_run
+    con = duckdb.connect()
+    grid = str(outcome.run_dir / "grid.parquet")
+    queries = str(outcome.run_dir / "queries.parquet")
+    n_settings, n_best, n_base = con.execute(
+        f"SELECT count(DISTINCT setting_id), sum(is_best::int) FILTER (WHERE slice = 'overall'), "
+        f"sum(is_baseline::int) FILTER (WHERE slice = 'overall') FROM read_parquet('{grid}')").fetchone()
+    assert (n_settings, n_best, n_base) == (48, 1, 1)
+    floors = con.execute(f"SELECT count(*) FROM read_parquet('{grid}') WHERE min_similarity IS NULL "
+                         "AND slice = 'overall'").fetchone()[0]
+    assert floors == 12  # the floor-off column is a real NULL, not NaN
+    rows, errors = con.execute(f"SELECT count(*), count(error) FROM read_parquet('{queries}')").fetchone()
+    assert (rows, errors) == (48 * 10, 0)
+    # The overall MRR in the grid is the mean of 1/rank over the query table.
+    diff = con.execute(f"""
+        SELECT max(abs(g.mrr - q.mrr)) FROM read_parquet('{grid}') g
+        JOIN (SELECT setting_id, avg(CASE WHEN rank > 0 THEN 1.0 / rank ELSE 0 END) AS mrr
+              FROM read_parquet('{queries}') GROUP BY setting_id) q USING (setting_id)
+        WHERE g.slice = 'overall'""").fetchone()[0]
+    assert diff < 1e-12
+
+
+def test_grid_metrics_equal_the_reference_search(finished_run):
+    """Every setting's per-query ranks, recomputed one by one with Index.search, match the job's table."""
+    config, outcome = finished_run
+    folder = config.parent
+    golden = load_golden(folder / "golden.yaml", load_corpus(folder / "corpus.yaml"))
+    index = Index.build(load_corpus(folder / "corpus.yaml"), FeatureHashEmbedder(256), Chunking("size", 120, 20))
+    queries = pl.read_parquet(outcome.run_dir / "queries.parquet")
+    # The engine's clock is the build time: ages are exact, so ranks do not depend on when we recompute.
+    for setting in queries["setting_id"].unique().to_list():
+        knobs = parse_setting_id(setting)
+        got = dict(queries.filter(pl.col("setting_id") == setting).select("query_id", "rank").iter_rows())
+        for q in golden.queries:
+            keys = {e.key for e in q.expected}
+            ranked = index.search(q.query, knobs, 10)
+            rank = next((p for p, r in enumerate(ranked, 1) if r.key in keys), 0)
+            assert got[q.id] == rank, (setting, q.id)
+
+
+def test_best_is_feasible_and_maximises_the_objective(finished_run):
+    _, outcome = finished_run
+    overall = outcome.grid.filter(pl.col("slice") == "overall")
+    best = overall.filter(pl.col("is_best"))
+    assert best.height == 1 and best["feasible"][0]
+    assert best["mrr"][0] == overall.filter(pl.col("feasible"))["mrr"].max()
+    infeasible = overall.filter(~pl.col("feasible"))
+    assert (infeasible["violations"].str.len_chars() > 0).all()
+    run_json = json.loads((outcome.run_dir / "run.json").read_text())
+    assert run_json["status"] == "complete"
+    assert run_json["best"]["setting_id"] == best["setting_id"][0]
+    assert set(run_json["baseline"]["slices"]) == {"document", "entity", "exact_token", "freshness", "overall"}
+
+
+def test_no_feasible_setting_is_an_error_after_writing(tmp_path):
+    config = write_job(tmp_path / "job", constraints=[{"metric": "mrr", "slice": "*", "min": 1.0}])
+    with pytest.raises(NoFeasibleSetting) as err:
+        job.run(config, quiet=True, output_dir=tmp_path / "out")
+    assert err.value.exit_code == 4
+    assert (Path(err.value.run_dir) / "grid.parquet").exists()
+
+
+def test_optimize_gives_constraints_to_optuna(tmp_path):
+    sweep = {"strategy": "optimize", "knobs": {
+        "rrf_k": {"low": 1, "high": 100, "log": True},
+        "min_similarity": {"include_off": True, "low": 0.0, "high": 0.5},
+        "recency_half_life_days": {"include_off": True, "low": 0.5, "high": 400, "log": True},
+    }, "optimize": {"sampler": "tpe", "n_trials": 24, "seed": 3}}
+    config = write_job(tmp_path / "job", sweep=sweep)
+    outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    import optuna
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(outcome.run_dir / "state" / "optuna.journal")))
+    trials = optuna.load_study(study_name="rqsweep", storage=storage).get_trials()
+    assert len(trials) == 24
+    assert all(t.constraints for t in trials)
+    assert "recall_at_10[freshness]:max_drop" in trials[0].constraints
+    feasible_ids = set(outcome.grid.filter(pl.col("feasible"))["setting_id"].to_list())
+    assert outcome.best in feasible_ids
+
+
+def _run_cli(args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "rqsweep.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _big_grid():
+    return {"strategy": "grid", "knobs": {
+        "rrf_k": {"low": 1, "high": 400},
+        "min_similarity": {"include_off": True, "low": 0.02, "high": 0.4, "step": 0.02},
+        "recency_half_life_days": {"values": [0, 1, 7, 30, 365]},
+    }}
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_resume_after_a_kill_gives_the_uninterrupted_grid(tmp_path, how):
+    config = write_job(tmp_path / "job", sweep=_big_grid())  # 400 x 21 x 5 = 42,000 settings
+    out = tmp_path / "out"
+    proc = _run_cli([str(config), "--quiet", "--output-dir", str(out)])
+    deadline = time.monotonic() + 120
+    parts: list[Path] = []
+    while time.monotonic() < deadline and len(parts) < 3 and proc.poll() is None:
+        parts = list(out.glob("mini/*/state/part-*.parquet"))
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(how)
+    proc.wait(timeout=60)
+    if how == signal.SIGINT:
+        assert proc.returncode == 130
+    run_dir = next(out.glob("mini/*"))
+    assert not (run_dir / "grid.parquet").exists()
+    done_before = len(list((run_dir / "state").glob("part-*.parquet")))
+    assert done_before >= 3
+
+    resumed = _run_cli([str(config), "--quiet", "--resume", str(run_dir)])
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    clean = job.run(config, quiet=True, output_dir=tmp_path / "clean")
+    a = pl.read_parquet(run_dir / "grid.parquet").drop("run_id")
+    b = clean.grid.drop("run_id")
+    assert a.height == 42_000 * 5
+    assert a.equals(b)
+    qa = pl.read_parquet(run_dir / "queries.parquet").drop("run_id").sort("setting_id", "query_id")
+    qb = pl.read_parquet(clean.run_dir / "queries.parquet").drop("run_id").sort("setting_id", "query_id")
+    assert qa.equals(qb)
+
+
+def test_resume_refuses_changed_inputs(tmp_path):
+    config = write_job(tmp_path / "job")
+    outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    write_job(tmp_path / "job", workers=2)  # the config file changes
+    with pytest.raises(Exception) as err:
+        job.run(config, quiet=True, resume=outcome.run_dir)
+    assert "config_sha256" in str(err.value) and "changed" in str(err.value)
+
+
+def test_cli_exit_codes(tmp_path):
+    config = write_job(tmp_path / "job")
+    ok = _run_cli([str(config), "--quiet", "--output-dir", str(tmp_path / "out")])
+    stdout, _ = ok.communicate(timeout=120)
+    assert ok.returncode == 0
+    assert "Best feasible setting" in stdout and "overall" in stdout
+    bad = write_job(tmp_path / "bad", baseline={"rrf_k": 0})
+    proc = _run_cli([str(bad), "--quiet"])
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "job.yaml: baseline.rrf_k: 0: must be an integer >= 1" in stderr
+    env = dict(os.environ)
+    infeasible = write_job(tmp_path / "inf", constraints=[{"metric": "mrr", "slice": "*", "min": 1.0}])
+    proc = _run_cli([str(infeasible), "--quiet", "--output-dir", str(tmp_path / "out")], env=env)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 4
+    assert "No feasible setting" in stdout + stderr
