@@ -60,7 +60,7 @@ class EmbeddedBackend:
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
         chunks = [slice(i, i + _CHUNK) for i in range(0, len(settings), _CHUNK)]
-        subsets = [SettingsBatch(batch.rrf_k[c], batch.min_similarity[c], batch.half_life[c]) for c in chunks]
+        subsets = [batch[c] for c in chunks]
         if self.workers == 1 or len(chunks) == 1:
             parts = [_score(self.plans, self.alternates, b, self.limit) for b in subsets]
         else:

@@ -22,15 +22,28 @@ from rqsweep.engine.channels import Candidate, Candidates
 from rqsweep.knobs import Knobs
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
+_ABSENT = np.int64(1 << 40)  # larger than any position; `% _ABSENT` maps it back to 0
 
 
 @dataclass(frozen=True)
 class SettingsBatch:
-    """Knob settings as columns; `min_similarity` is NaN where the floor is off."""
+    """Knob settings as columns; `min_similarity` is NaN where the floor is off.
+
+    The distinct `rrf_k` and half-life values (and each setting's index into them) are derived once
+    here, since every query's evaluation needs them.
+    """
 
     rrf_k: np.ndarray
     min_similarity: np.ndarray
     half_life: np.ndarray
+
+    def __post_init__(self) -> None:
+        ks, k_index = np.unique(self.rrf_k, return_inverse=True)
+        hs, h_index = np.unique(self.half_life, return_inverse=True)
+        floor = np.where(np.isnan(self.min_similarity), -np.inf, self.min_similarity)
+        for name, value in (("distinct_rrf_k", ks), ("k_index", k_index), ("distinct_half_life", hs),
+                            ("h_index", h_index), ("floor", floor)):
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_knobs(cls, settings: Sequence[Knobs]) -> "SettingsBatch":
@@ -42,6 +55,9 @@ class SettingsBatch:
 
     def __len__(self) -> int:
         return len(self.rrf_k)
+
+    def __getitem__(self, part: slice) -> "SettingsBatch":
+        return SettingsBatch(self.rrf_k[part], self.min_similarity[part], self.half_life[part])
 
 
 @dataclass(frozen=True)
@@ -100,44 +116,40 @@ def _fused_tables(plan: QueryPlan, rrf_ks: np.ndarray) -> tuple[np.ndarray, np.n
 
 def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> np.ndarray:
     """(settings, expected keys) int64: 1-based position of each key's first slot in the cut list, 0 if absent."""
-    s = len(settings)
-    out = np.zeros((s, len(plan.groups)), dtype=np.int64)
+    out = np.zeros((len(settings), len(plan.groups)), dtype=np.int64)
     if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
         return out
-    ks, k_idx = np.unique(settings.rrf_k, return_inverse=True)
-    floor = np.where(np.isnan(settings.min_similarity), -np.inf, settings.min_similarity)
-    kept = np.searchsorted(-plan.v_similarity, -floor, side="right")  # inclusive floor keeps a prefix of V
-    fused, position = _fused_tables(plan, ks)
+    fused, position = _fused_tables(plan, settings.distinct_rrf_k)
     n_prefix = fused.shape[1]
-    fused = fused.reshape(len(ks) * n_prefix, -1)
-    position = position.reshape(len(ks) * n_prefix, -1)
-    row = k_idx * n_prefix + kept
+    fused = fused.reshape(-1, fused.shape[-1])
+    position = position.reshape(fused.shape)
+    kept = np.searchsorted(-plan.v_similarity, -settings.floor, side="right")  # the floor keeps a prefix of V
+    row = settings.k_index * n_prefix + kept
+    targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
+    present = fused[:, targets] >= 0
+    # Without the blend, the final order is the fused order: a table lookup per setting.
+    rank = np.where(present, position[:, targets] + 1, 0)[row]
 
     decays = plan.age_days > 0
-    hs, h_idx = np.unique(settings.half_life, return_inverse=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(decays[None, :] & (hs[:, None] > 0), 2.0 ** (-plan.age_days[None, :] / hs[:, None]), 1.0)
-    blended = bool(decays.any()) and bool((hs > 0).any())
-    targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
-
-    for start in range(0, s, _BLOCK):
-        block = slice(start, start + _BLOCK)
-        pos = position[row[block]]
-        f = fused[row[block]]
-        if blended:
-            d = f * factor[h_idx[block]]
-            rank = np.empty((len(pos), len(targets)), dtype=np.int64)
+    hs = settings.distinct_half_life
+    if decays.any() and (hs > 0).any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.where(decays[None, :] & (hs[:, None] > 0),
+                              2.0 ** (-plan.age_days[None, :] / hs[:, None]), 1.0)
+        blended = np.flatnonzero(hs[settings.h_index] > 0)
+        for start in range(0, len(blended), _BLOCK):
+            block = blended[start : start + _BLOCK]
+            rows = row[block]
+            f, pos = fused[rows], position[rows]
+            d = f * factor[settings.h_index[block]]
             for t, item in enumerate(targets):
                 de, pe = d[:, item : item + 1], pos[:, item : item + 1]
-                ahead = (d > de) | ((d == de) & (pos < pe))
-                rank[:, t] = ahead.sum(axis=1) + 1
-        else:
-            rank = pos[:, targets] + 1
-        rank = np.where(f[:, targets] >= 0, rank, 0)  # absent items hold no slot
-        rank = np.where(rank <= limit, rank, 0)
-        for g, group in enumerate(plan.groups):
-            if len(group):
-                cols = rank[:, np.searchsorted(targets, group)]
-                hit = np.where(cols > 0, cols, np.iinfo(np.int64).max).min(axis=1)
-                out[block, g] = np.where(hit == np.iinfo(np.int64).max, 0, hit)
+                ahead = ((d > de) | ((d == de) & (pos < pe))).sum(axis=1)
+                rank[block, t] = np.where(present[rows, t], ahead + 1, 0)
+
+    rank[rank > limit] = 0
+    for g, group in enumerate(plan.groups):
+        if len(group):
+            cols = rank[:, np.searchsorted(targets, group)]
+            out[:, g] = np.where(cols > 0, cols, _ABSENT).min(axis=1) % _ABSENT
     return out

@@ -36,13 +36,19 @@ class Candidates:
     lexical: tuple[Candidate, ...]
 
 
-def vector_channel(source_type: str, vectors: np.ndarray, rows: np.ndarray, query: np.ndarray,
-                   limit: int, tie_order: TieOrder) -> list[Candidate]:
-    """Top `limit` rows in scope by cosine similarity (= 1 - pgvector's cosine distance)."""
+def vector_channel(source_type: str, vectors: np.ndarray, norms: np.ndarray, rows: np.ndarray,
+                   query: np.ndarray, limit: int, tie_order: TieOrder) -> list[Candidate]:
+    """Top `limit` rows in scope by cosine similarity (= 1 - pgvector's cosine distance).
+
+    `norms` are pgvector's per-row squared norms (`cosine.squared_norms`), computed once per index.
+    """
     if len(rows) == 0:
         return []
-    matrix = vectors if len(rows) == len(vectors) else vectors[rows]
-    top, distances = cosine_top(matrix, query, limit, tie_order=tie_order)
+    if len(rows) == len(vectors):
+        matrix, row_norms = vectors, norms
+    else:
+        matrix, row_norms = vectors[rows], norms[rows]
+    top, distances = cosine_top(matrix, query, limit, tie_order=tie_order, norms=row_norms)
     return [Candidate(source_type, int(rows[t]), 1.0 - float(d)) for t, d in zip(top, distances)]
 
 

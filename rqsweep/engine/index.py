@@ -14,7 +14,7 @@ from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import (
     Candidates, TieOrder, lexical_channel, merge_shards, vector_channel,
 )
-from rqsweep.engine.cosine import cosine_distance
+from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
 from rqsweep.engine.scope import Scope, tags_contain
@@ -45,7 +45,11 @@ class Store:
     vectors: np.ndarray
     lexical: LexicalIndex
     updated_at_ms: np.ndarray
+    norms: np.ndarray = field(init=False, repr=False)
     _scopes: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.norms = squared_norms(self.vectors)
 
     def rows_in_scope(self, scope: Scope) -> np.ndarray | None:
         """Row numbers visible under `scope` (ascending), or None when every row is."""
@@ -93,6 +97,10 @@ class Index:
         self.embedder = embedder
         self.now = now
         self.tie_order = tie_order
+        self._rows_by_key: dict[str, set[tuple[str, int]]] = {}
+        for source_type, store in self.stores.items():
+            for row, key in enumerate(store.keys):
+                self._rows_by_key.setdefault(key, set()).add((source_type, row))
 
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
@@ -140,7 +148,7 @@ class Index:
                 in_scope = np.zeros(len(store.ids), dtype=bool)
                 in_scope[rows] = True
             per_channel["vector"].append(
-                vector_channel(source_type, store.vectors, all_rows, query_vector, limit, tie_order))
+                vector_channel(source_type, store.vectors, store.norms, all_rows, query_vector, limit, tie_order))
             per_channel["lexical"].append(
                 lexical_channel(source_type, store.lexical, in_scope, query, limit, tie_order))
         return Candidates(merge_shards(*per_channel["vector"]), merge_shards(*per_channel["lexical"]))
@@ -155,7 +163,8 @@ class Index:
         results = []
         for f in fused:
             store = self.stores[f.source_type]
-            similarity = 1.0 - float(cosine_distance(store.vectors[f.row : f.row + 1], query_vector)[0])
+            similarity = 1.0 - float(cosine_distance(store.vectors[f.row : f.row + 1], query_vector,
+                                                     norms=store.norms[f.row : f.row + 1])[0])
             signals = {name: p for name, p in (("vector", f.vector_position), ("lexical", f.lexical_position))
                        if p is not None}
             results.append(SearchResult(
@@ -167,12 +176,6 @@ class Index:
 
     def expected_rows(self, keys: Sequence[str]) -> list[set[tuple[str, int]]]:
         """Per expected key, the (source_type, row) pairs that count as a hit: every chunk of a document."""
-        if not hasattr(self, "_rows_by_key"):
-            by_key: dict[str, set[tuple[str, int]]] = {}
-            for source_type, store in self.stores.items():
-                for row, key in enumerate(store.keys):
-                    by_key.setdefault(key, set()).add((source_type, row))
-            self._rows_by_key = by_key
         return [self._rows_by_key.get(k, set()) for k in keys]
 
     def plan(self, query: str, expected_keys: Sequence[str], limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
