@@ -1,0 +1,152 @@
+"""Bad input gets a clear error naming the file, the key path and the value; golden sets are validated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rqsweep import job
+from rqsweep.config import load_config
+from rqsweep.errors import InputError
+from rqsweep.golden import load_golden
+from rqsweep.corpus import load_corpus
+from rqsweep.space import grid, knob_values, parse_setting_id, setting_id
+from rqsweep.knobs import Knobs
+from tests.minijob import write_job
+
+SOAT_GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "soat-golden" / "golden.v1.json"
+needs_soat_golden = pytest.mark.skipif(
+    not SOAT_GOLDEN.exists(), reason=f"SOAT's golden set is not here ({SOAT_GOLDEN}); it lives in shared/, not in this repo")
+
+
+def error_of(config: Path) -> InputError:
+    with pytest.raises(InputError) as err:
+        job.load_inputs(config)
+    return err.value
+
+
+@pytest.mark.parametrize("override, where, words", [
+    ({"workers": "two"}, "workers", "'two': expected int"),
+    ({"surprise": 1}, "surprise", "unknown key"),
+    ({"baseline": {"rrf_k": 0}}, "baseline.rrf_k", "0: must be an integer >= 1"),
+    ({"baseline": {"min_similarity": 1.5}}, "baseline.min_similarity", "1.5: must be a number in [0, 1]"),
+    ({"baseline": {"recency_half_life_days": -2}}, "baseline.recency_half_life_days", "-2: must be a finite number"),
+    ({"search": {"limit": 500}}, "search.limit", "500: SOAT caps limit"),
+    ({"objective": {"metric": "ndcg"}}, "objective.metric", "'ndcg': expected one of"),
+    ({"constraints": [{"metric": "mrr", "slice": "*"}]}, "constraints[0]", "exactly one of"),
+    ({"constraints": [{"metric": "mrr", "slice": "nope", "min": 0.1}]}, "constraints[0].slice", "'nope': no such slice"),
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"values": [60, -1]}}}}, "sweep.knobs.rrf_k.values[1]",
+     "-1: must be an integer >= 1"),
+    ({"sweep": {"strategy": "grid", "knobs": {"min_similarity": {"low": 0.1, "high": 0.5}}}},
+     "sweep.knobs.min_similarity", "needs `step` or `num`"),
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"low": 50, "high": 10}}}}, "sweep.knobs.rrf_k", "low <= high"),
+    ({"sweep": "no-such-sweep"}, "sweep", "no sweeps/no-such-sweep.yaml"),
+    ({"backend": {"kind": "embedded", "embedder": {"kind": "openai"}}}, "backend.embedder.model", "is required"),
+])
+def test_config_errors_name_file_key_and_value(tmp_path, override, where, words):
+    err = error_of(write_job(tmp_path, **override))
+    assert err.file.endswith("job.yaml")
+    assert err.where == where
+    assert words in err.problem
+
+
+def test_yaml_syntax_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(InputError, match="broken.yaml: not valid YAML"):
+        load_config(path)
+
+
+def test_expected_key_missing_from_the_corpus(tmp_path):
+    config = write_job(tmp_path)
+    rows = yaml.safe_load((tmp_path / "golden.yaml").read_text())
+    rows[3]["expected"] = "doc-nowhere"
+    (tmp_path / "golden.yaml").write_text(yaml.safe_dump(rows))
+    err = error_of(config)
+    assert err.file.endswith("golden.yaml") and err.where == "[3].expected[0]"
+    assert "'doc-nowhere'" in err.problem and "does not exist" in err.problem
+
+
+def test_duplicate_ids_are_errors_and_duplicate_queries_warnings(tmp_path):
+    write_job(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    rows = yaml.safe_load((tmp_path / "golden.yaml").read_text())
+    (tmp_path / "dup.yaml").write_text(yaml.safe_dump(rows + [dict(rows[0])]))
+    with pytest.raises(InputError, match=r"\[10\]\.id: duplicate query id 'd1'"):
+        load_golden(tmp_path / "dup.yaml", corpus)
+    twin = dict(rows[0], id="d1-again")
+    (tmp_path / "twin.yaml").write_text(yaml.safe_dump(rows + [twin]))
+    assert load_golden(tmp_path / "twin.yaml", corpus).warnings == (
+        "query text 'vpn certificate expired' appears more than once",)
+
+
+def test_jsonl_golden_sets_and_key_lists(tmp_path):
+    write_job(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    lines = [{"slice": "s", "query": "pager", "expected": ["mem-pager-new", "mem-pager-old"]},
+             {"slice": "t", "query": "vpn", "expected": "doc-vpn"}]
+    (tmp_path / "g.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    golden = load_golden(tmp_path / "g.jsonl", corpus)
+    assert [q.id for q in golden.queries] == ["q0001", "q0002"]
+    assert [e.key for e in golden.queries[0].expected] == ["mem-pager-new", "mem-pager-old"]
+    assert {e.source_type for e in golden.queries[0].expected} == {"memory"}
+    (tmp_path / "bad.jsonl").write_text('{"slice": "s"\n')
+    with pytest.raises(InputError, match="bad.jsonl: line 1: not valid JSON"):
+        load_golden(tmp_path / "bad.jsonl", corpus)
+    (tmp_path / "reserved.jsonl").write_text(json.dumps({"slice": "overall", "query": "q", "expected": "doc-vpn"}))
+    with pytest.raises(InputError, match="reserved"):
+        load_golden(tmp_path / "reserved.jsonl", corpus)
+
+
+@needs_soat_golden
+def test_soat_golden_json_is_read_with_its_corpus():
+    golden = load_golden(SOAT_GOLDEN)
+    data = json.loads(SOAT_GOLDEN.read_text())
+    assert len(golden.queries) == len(data["queries"])
+    assert len(golden.corpus.documents) == len(data["corpus"]["documents"])
+    assert len(golden.corpus.memories) == len(data["corpus"]["memories"])
+    assert set(golden.slices) == {q["kind"] for q in data["queries"]}
+    first = data["queries"][0]
+    assert golden.queries[0].expected[0].key == first["expected"][0]["key"]
+    assert golden.queries[0].expected[0].source_type == first["expected"][0]["source_type"]
+
+
+@needs_soat_golden
+def test_soat_golden_with_a_wrong_source_type_is_rejected(tmp_path):
+    data = json.loads(SOAT_GOLDEN.read_text())
+    data["queries"][2]["expected"][0]["source_type"] = "memory"
+    path = tmp_path / "golden.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=r"queries\[2\]\.expected\[0\].*is a document, not a memory"):
+        load_golden(path)
+
+
+@needs_soat_golden
+def test_the_soat_golden_config_runs(tmp_path):
+    outcome = job.run(Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml", quiet=True,
+                      output_dir=tmp_path)
+    assert outcome.grid["setting_id"].n_unique() == 1980
+    assert set(outcome.grid["slice"].unique()) == {"exact_token", "exact_name", "entity", "semantic", "overall"}
+
+
+def test_grid_values_and_setting_ids():
+    from rqsweep.config import KnobSpec
+
+    assert knob_values("rrf_k", KnobSpec(low=1, high=100, num=5, log=True)) == [1, 3, 10, 32, 100]
+    assert knob_values("min_similarity", KnobSpec(low=0.1, high=0.3, step=0.1, off=True)) == [None, 0.1, 0.2, 0.3]
+    assert knob_values("recency_half_life_days", KnobSpec(values=(0.0, 7.0))) == [0.0, 7.0]
+    for knobs in (Knobs(), Knobs(5, 0.35, 7.5), Knobs(200, 0.0, 0.0)):
+        assert parse_setting_id(setting_id(knobs)) == knobs
+
+
+def test_the_handbook_config_and_data_are_valid():
+    root = Path(__file__).resolve().parents[1]
+    inputs = job.load_inputs(root / "configs" / "handbook.yaml")
+    golden = inputs.golden
+    assert len(golden.queries) >= 60 and len(golden.slices) >= 5
+    corpus = load_corpus(inputs.config.corpus)
+    assert len(corpus.documents) >= 30 and len(corpus.memories) >= 15
+    assert len(grid(inputs.config.sweep, inputs.config.baseline)) >= 1000
