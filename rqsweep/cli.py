@@ -70,8 +70,8 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rqsweep report",
-                                description="(Re)build report.md and report.html of a run folder from its Parquet files.")
+    p = argparse.ArgumentParser(
+        prog="rqsweep report", description="(Re)build report.md and report.html of a run folder from its Parquet files.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     return p
 

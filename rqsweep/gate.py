@@ -1,0 +1,203 @@
+"""The nightly gate: does a run's chosen setting still do as well, slice by slice, as before?
+
+Checks, on the chosen setting (the best feasible one; the baseline when none is feasible):
+- structure: every slice has its metrics, and no slice's recall@10 or MRR is zero;
+- direction, against a previous run and/or a gate file: no slice's recall@10 or MRR fell by more
+  than the tolerance. Values are rounded to 4 decimals before comparing, as SOAT's own gate does,
+  so float noise never fails a run. Absolute values are never pinned: only falls count.
+
+A gate file is the committed form of "before": a small JSON of the chosen setting's per-slice
+metrics, one slice per line, so that the diff of a ranking change reads as a before / after table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from rqsweep.errors import InputError
+from rqsweep.golden import OVERALL
+from rqsweep.report.render import markdown_table
+from rqsweep.report.run_folder import RunFolder, read_run_folder
+from rqsweep.space import parse_setting_id
+
+GATED_METRICS = {"recall_at_10": "recall@10", "mrr": "MRR"}
+FILE_METRICS = ("queries", "recall_at_5", "recall_at_10", "mrr")
+DECIMALS = 4
+GATE_FILE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The per-slice metrics of one chosen setting, from a run folder or a gate file."""
+
+    source: str  # what it is, for the reader: "run <id>" or "gate file <path>"
+    setting: str  # the setting's label
+    golden_sha256: str
+    slices: dict[str, dict[str, float | None]]  # slice -> metric -> value
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict: `passed`, the slices that failed, one sentence per problem, and the text to print."""
+
+    passed: bool
+    failing_slices: tuple[str, ...]
+    problems: tuple[str, ...]
+    text: str
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, DECIMALS)
+
+
+def _snapshot(run: RunFolder) -> Snapshot:
+    rows = run.slice_rows(run.chosen)
+    note = "" if run.best else " (no feasible setting: the baseline)"
+    return Snapshot(f"run {run.run_id}", parse_setting_id(run.chosen).label() + note, rows[OVERALL]["golden_sha256"],
+                    {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices})
+
+
+def run_snapshot(run_dir: Path) -> Snapshot:
+    """The chosen setting of a finished run, read from its grid.parquet."""
+    return _snapshot(read_run_folder(run_dir))
+
+
+def read_gate_file(path: Path) -> Snapshot:
+    """A gate file written by `write_gate_file`; raises InputError naming what is wrong."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(path, "", "no such gate file: create it with --update-gate-file") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    slices = data.get("slices") if isinstance(data, dict) else None
+    if not isinstance(slices, dict) or not slices:
+        raise InputError(path, "slices", "missing: expected {slice: {metric: value}}")
+    for name, metrics in slices.items():
+        if not isinstance(metrics, dict):
+            raise InputError(path, f"slices.{name}", f"{metrics!r}: expected {{metric: value}}")
+        for m in GATED_METRICS:
+            value = metrics.get(m)
+            if value is not None and not isinstance(value, (int, float)):
+                raise InputError(path, f"slices.{name}.{m}", f"{value!r}: expected a number or null")
+    return Snapshot(f"gate file {path}", str(data.get("setting", "?")), str(data.get("golden_sha256", "")), slices)
+
+
+def _structure(now: Snapshot, expected: set[str]) -> list[tuple[str, str]]:
+    problems = []
+    for s in sorted(expected - now.slices.keys()):
+        problems.append((s, f"{s}: no metric in this run (the slice is gone)"))
+    for s, metrics in now.slices.items():
+        missing = [label for m, label in GATED_METRICS.items() if metrics.get(m) is None]
+        zero = [label for m, label in GATED_METRICS.items() if _rounded(metrics.get(m)) == 0]
+        if missing:
+            problems.append((s, f"{s}: no {' or '.join(missing)} (every search of the slice failed)"))
+        if zero:
+            problems.append((s, f"{s}: {' and '.join(zero)} at zero"))
+    return problems
+
+
+def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, list[tuple[str, str]]]:
+    """The before / after table of one reference, and the slices that fell by more than the tolerance."""
+    rows, problems = [], []
+    for s in sorted(before.slices.keys() | now.slices.keys(), key=lambda s: (s == OVERALL, s)):
+        row: dict[str, object] = {"slice": s}
+        fell = []
+        for m, label in GATED_METRICS.items():
+            a = _rounded((before.slices.get(s) or {}).get(m))
+            b = _rounded((now.slices.get(s) or {}).get(m))
+            delta = None if a is None or b is None else round(b - a, DECIMALS)
+            row |= {f"{label} before": a, f"{label} after": b, f"{label} Δ": delta}
+            if delta is not None and -delta > tolerance:
+                fell.append(f"{label} {a:.4f} -> {b:.4f}")
+        if fell:
+            row["check"] = "FELL"
+            problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g})"))
+        elif s not in before.slices:
+            row["check"] = "new"
+        elif any(row[f"{label} after"] is None for label in GATED_METRICS.values()):
+            row["check"] = "missing"
+        else:
+            row["check"] = "ok"
+        rows.append(row)
+    header = f"Before: {before.source}, {before.setting}\nAfter:  {now.source}, {now.setting}"
+    if before.golden_sha256 and before.golden_sha256 != now.golden_sha256:
+        header += "\nwarning: the golden set differs between the two; a change may be the set's, not the ranking's"
+    return header + "\n" + markdown_table(pl.DataFrame(rows)), problems
+
+
+def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float) -> GateResult:
+    """Gate run folder `current` against a previous run folder and/or a gate file (either may be None).
+
+    Structure is always checked; direction against each reference given.
+    """
+    now = run_snapshot(current)
+    references = []
+    if previous is not None:
+        references.append(run_snapshot(previous))
+    if gate_file is not None:
+        references.append(read_gate_file(gate_file))
+    problems = _structure(now, set().union(*(ref.slices.keys() for ref in references)))
+    sections = []
+    for ref in references:
+        table, fell = _compare(ref, now, tolerance)
+        sections.append(table)
+        problems += fell
+    failing = tuple(dict.fromkeys(s for s, _ in problems))
+    if problems:
+        verdict = f"Gate FAILED: {', '.join(failing)}\n" + "\n".join(f"  {p}" for _, p in problems)
+    else:
+        verdict = (f"Gate passed: every slice has its metrics, none is at zero, and none fell by more than "
+                   f"{tolerance:g} (compared at {DECIMALS} decimals).")
+    return GateResult(not problems, failing, tuple(p for _, p in problems), "\n\n".join([*sections, verdict]))
+
+
+def _json_number(metric: str, value: float | None) -> str:
+    # Fixed decimals keep the slices' lines aligned, so that a diff of them reads like a table.
+    if value is None:
+        return "null"
+    return str(value) if metric == "queries" else f"{value:.{DECIMALS}f}"
+
+
+def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
+    """A gate file's text: stable key order and one slice per line, so a diff reads as before / after."""
+    width = max(len(json.dumps(s)) for s in snapshot.slices) + 1
+    lines = [
+        "{",
+        f'  "rqsweep_gate_file": {GATE_FILE_FORMAT},',
+        f'  "config": {json.dumps(config)},',
+        f'  "run_id": {json.dumps(run_id)},',
+        f'  "golden_sha256": {json.dumps(snapshot.golden_sha256)},',
+        f'  "setting": {json.dumps(snapshot.setting)},',
+        '  "slices": {',
+    ]
+    names = sorted(snapshot.slices, key=lambda s: (s == OVERALL, s))
+    for i, s in enumerate(names):
+        metrics = ", ".join(f'"{m}": {_json_number(m, snapshot.slices[s][m])}' for m in FILE_METRICS)
+        comma = "," if i < len(names) - 1 else ""
+        lines.append(f"    {(json.dumps(s) + ':').ljust(width)} {{{metrics}}}{comma}")
+    return "\n".join([*lines, "  }", "}"]) + "\n"
+
+
+def write_gate_file(run_dir: Path, path: Path) -> str | None:
+    """(Re)write the gate file at `path` from a finished run's chosen setting.
+
+    Returns the before / after table against the file's previous content, or None when there was none.
+    Raises InputError for a run without a feasible setting: it has no chosen setting to accept.
+    """
+    run = read_run_folder(run_dir)
+    if run.best is None:
+        raise InputError(run_dir / "grid.parquet", "", f"no feasible setting: nothing to write into {path}")
+    now = _snapshot(run)
+    before = read_gate_file(path) if path.exists() else None
+    text = gate_file_text(now, run.run_id, run.name)
+    tmp = path.with_name(f".{path.name}.tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_text(text)
+    os.replace(tmp, path)  # a committed file is never left half-written
+    return None if before is None else _compare(before, now, float("inf"))[0]

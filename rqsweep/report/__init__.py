@@ -1,0 +1,24 @@
+"""Reports people read: `report.md` and a self-contained `report.html` in a run folder, built from its Parquet files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rqsweep.report import document
+from rqsweep.report.render import to_html, to_markdown
+from rqsweep.report.run_folder import read_run_folder
+
+__all__ = ["write_report"]
+
+
+def write_report(run_dir: Path) -> tuple[Path, Path]:
+    """Write `report.md` and `report.html` into `run_dir` from its grid.parquet and queries.parquet alone.
+
+    Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder.
+    """
+    run = read_run_folder(run_dir)
+    blocks = document.build(run)
+    md, page = run_dir / "report.md", run_dir / "report.html"
+    md.write_text(to_markdown(blocks))
+    page.write_text(to_html(blocks, f"rqsweep report: {run.name} {run.run_id}"))
+    return md, page

@@ -1,0 +1,131 @@
+"""What the report says, in reading order: the decision first, then how sure, then why, then the costs."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rqsweep.config import KNOBS
+from rqsweep.golden import OVERALL
+from rqsweep.report import plots
+from rqsweep.report.recency import ASSUMPTION, recency_cost
+from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
+from rqsweep.report.run_folder import RunFolder
+from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
+from rqsweep.report.tables import METRIC_LABELS, best_vs_baseline, chosen_row, infeasible_groups, knob_label, knob_table
+from rqsweep.space import parse_setting_id
+
+
+def _label(setting_id: str) -> str:
+    return parse_setting_id(setting_id).label()
+
+
+def _headline(run: RunFolder) -> list[Block]:
+    overall = run.overall()
+    metric, slice_ = run.objective
+    facts = (f"Run {run.run_id} · {run.strategy} over {overall.height} settings, "
+             f"{overall.filter(~pl.col('feasible')).height} infeasible · objective {METRIC_LABELS[metric]} "
+             f"on {slice_} · golden set {run.golden or 'unknown'}")
+    base = format_cell(metric, run.slice_rows(run.baseline)[slice_][metric])
+    if run.best is None:
+        decision = (f"No feasible setting: every evaluated setting violates a constraint. The tables below are "
+                    f"anchored at the baseline, {_label(run.baseline)}.")
+    else:
+        best = format_cell(metric, run.slice_rows(run.best)[slice_][metric])
+        decision = (f"Best feasible setting: {_label(run.best)}, {METRIC_LABELS[metric]} on {slice_} "
+                    f"{best} against the baseline's {base} ({_label(run.baseline)}).")
+    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(facts), Paragraph(decision)]
+
+
+def _comparison(run: RunFolder) -> list[Block]:
+    frame = best_vs_baseline(run)
+    if run.best is None:
+        frame = frame.select("slice", "queries", *(f"{label} baseline" for label in METRIC_LABELS.values()))
+    notes = ["Δ = best − baseline. Failed searches are left out of every metric."]
+    ties = [f"{s} {r['tie_sensitive']}" for s, r in run.slice_rows(run.chosen).items()
+            if s != OVERALL and r.get("tie_sensitive")]
+    if ties:
+        notes.append("Queries whose rank at this setting depends on storage tie order: " + ", ".join(ties) + ".")
+    title = "Best feasible setting beside the baseline" if run.best else "The baseline (no feasible setting)"
+    return [Heading(title), Table(frame, note=" ".join(notes))]
+
+
+def _significance(run: RunFolder) -> list[Block]:
+    if run.best is None:
+        return []
+    blocks: list[Block] = [Heading("How sure we are")]
+    if run.best == run.baseline:
+        return blocks + [Paragraph("The baseline is itself the best feasible setting: there is no difference to test.")]
+    table = significance_table(run.queries([run.best, run.baseline]), run.best, run.baseline, run.slices)
+    overall = table.row(by_predicate=pl.col("slice") == OVERALL, named=True)
+    settings = run.overall().height
+    blocks.append(Paragraph(
+        f"Overall, best − baseline MRR = {overall['Δ MRR']:+.4f} over {overall['queries paired']} paired queries "
+        f"(p = {overall['p-value']:.4f}): {overall['verdict']}."))
+    blocks.append(Table(table, note=(
+        f"Paired by query; queries whose search failed for either setting are left out. CI: percentile bootstrap "
+        f"over queries, {ROUNDS:,} resamples. p: two-sided paired sign-flip permutation test, {ROUNDS:,} flips "
+        f"(seed {SEED}); significant when p < {ALPHA:g}. The best was picked among {settings} settings on these "
+        f"same queries, so its gain is optimistic even when significant: confirm it on queries it was not "
+        f"tuned on.")))
+    return blocks
+
+
+def _knobs(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
+    chosen = parse_setting_id(run.chosen)
+    blocks: list[Block] = [Heading("One knob at a time")]
+    for knob, table in tables.items():
+        others = ", ".join(f"{k} {knob_label(k, getattr(chosen, k))}" for k in KNOBS if k != knob)
+        blocks.append(Heading(knob, 3))
+        if table.height == 1:
+            blocks.append(Paragraph(f"Only {table[knob][0]} was evaluated with {others}."))
+        else:
+            blocks.append(Table(table, frozenset({chosen_row(table, run, knob)}),
+                                note=f"Bold: the chosen setting. The other knobs are held at its values ({others}); "
+                                     "only values the run evaluated appear."))
+    return blocks
+
+
+def _plots(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
+    blocks: list[Block] = [Heading("Plots")]
+    heatmap = plots.mrr_heatmap(run)
+    if heatmap is None:
+        blocks.append(Paragraph("No rrf_k x half-life heatmap: at the chosen min_similarity the run does not fill "
+                                "a grid of them (fewer than two values of one, or under half the cells evaluated, "
+                                "as when an optimiser samples); the feasibility map below shows where it looked."))
+    else:
+        blocks.append(Figure("Overall MRR over rrf_k x recency half-life, at the chosen min_similarity", heatmap))
+    blocks.append(Figure("MRR per slice against each knob", plots.slice_mrr_by_knob(run, tables)))
+    blocks.append(Figure("Feasible and infeasible settings", plots.feasibility_map(run)))
+    if run.strategy == "optimize":
+        blocks.append(Figure("Optimisation history", plots.optimisation_history(run)))
+    return blocks
+
+
+def _infeasible(run: RunFolder) -> list[Block]:
+    overall = run.overall()
+    count = overall.filter(~pl.col("feasible")).height
+    blocks: list[Block] = [Heading("Infeasible settings"),
+                           Paragraph(f"{count} of {overall.height} settings violate at least one constraint.")]
+    if count:
+        blocks.append(Table(infeasible_groups(run), note="A setting violating several constraints counts in each."))
+    return blocks
+
+
+def _recency(run: RunFolder) -> list[Block]:
+    chosen = parse_setting_id(run.chosen)
+    k, h = chosen.rrf_k, chosen.recency_half_life_days
+    blocks: list[Block] = [Heading("What the recency blend costs")]
+    if h == 0:
+        return blocks + [Paragraph("The recency blend is off at the chosen setting (half-life 0): no score is "
+                                   "decayed, so no result loses ranks for its age.")]
+    return blocks + [
+        Paragraph(f"Fused scores are compressed, so a multiplier after fusion is strong. At rrf_k {k} and a "
+                  f"half-life of {h:g} days, a memory that is the top result loses, by age:"),
+        Table(recency_cost(k, h, run.limit), note=ASSUMPTION)]
+
+
+def build(run: RunFolder) -> list[Block]:
+    """The report's blocks for one run folder."""
+    tables = {knob: knob_table(run, knob) for knob in KNOBS}
+    return [*_headline(run), *_comparison(run), *_significance(run), *_knobs(run, tables), *_plots(run, tables),
+            *_infeasible(run), *_recency(run)]

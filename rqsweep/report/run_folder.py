@@ -1,0 +1,108 @@
+"""A finished run read back from its Parquet files: the grid, the per-query table and the job config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from rqsweep.config import Constraint
+from rqsweep.errors import InputError
+from rqsweep.golden import OVERALL
+
+DEFAULT_LIMIT = 10  # SOAT's eval searches with limit 10; a config without `search.limit` means that
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """One run folder. `chosen` is the best feasible setting, or the baseline when none is feasible."""
+
+    path: Path
+    grid: pl.DataFrame
+    config: dict
+    golden: str  # the golden set's path as the run read it
+
+    @property
+    def run_id(self) -> str:
+        return self.grid["run_id"][0]
+
+    @property
+    def name(self) -> str:
+        return str(self.config.get("name", self.path.parent.name))
+
+    @cached_property
+    def best(self) -> str | None:
+        ids = self.grid.filter(pl.col("is_best"))["setting_id"].unique().to_list()
+        return ids[0] if ids else None
+
+    @cached_property
+    def baseline(self) -> str:
+        return self.grid.filter(pl.col("is_baseline"))["setting_id"][0]
+
+    @property
+    def chosen(self) -> str:
+        return self.best or self.baseline
+
+    @cached_property
+    def slices(self) -> list[str]:
+        """The golden set's slices, sorted, then `overall`."""
+        return sorted(set(self.grid["slice"].to_list()) - {OVERALL}) + [OVERALL]
+
+    @property
+    def objective(self) -> tuple[str, str]:
+        """(metric, slice) the run maximised."""
+        objective = self.config.get("objective") or {}
+        return objective.get("metric", "mrr"), objective.get("slice", OVERALL)
+
+    @property
+    def constraints(self) -> list[Constraint]:
+        return [Constraint(c["metric"], c.get("slice", "*"), c.get("min"), c.get("max_drop"))
+                for c in self.config.get("constraints") or []]
+
+    @property
+    def limit(self) -> int:
+        return int((self.config.get("search") or {}).get("limit", DEFAULT_LIMIT))
+
+    @cached_property
+    def strategy(self) -> str:
+        """`grid` or `optimize`. A named sweep file is not in the Parquet metadata, so run.json answers then."""
+        sweep = self.config.get("sweep")
+        if isinstance(sweep, dict):
+            return sweep.get("strategy", "grid")
+        run_json = self.path / "run.json"
+        if run_json.exists():
+            return json.loads(run_json.read_text()).get("strategy") or "grid"
+        return "grid"
+
+    def slice_rows(self, setting_id: str) -> dict[str, dict]:
+        """slice -> that setting's grid row."""
+        rows = self.grid.filter(pl.col("setting_id") == setting_id)
+        return {r["slice"]: r for r in rows.iter_rows(named=True)}
+
+    def overall(self) -> pl.DataFrame:
+        """One row per setting: its `overall` slice row, in evaluation order."""
+        return self.grid.filter(pl.col("slice") == OVERALL).sort("evaluation_order")
+
+    def queries(self, setting_ids: list[str]) -> pl.DataFrame:
+        """Per-query rows of some settings (read lazily: the table holds every setting's queries)."""
+        path = self.path / "queries.parquet"
+        if not path.exists():
+            raise InputError(path, "", "missing: the run folder has no per-query table")
+        return pl.scan_parquet(path).filter(pl.col("setting_id").is_in(setting_ids)).collect()
+
+
+def read_run_folder(path: Path) -> RunFolder:
+    """Read a run folder's grid and config; raises InputError when it is not a finished run."""
+    grid_path = path / "grid.parquet"
+    if not grid_path.exists():
+        raise InputError(grid_path, "", "missing: not a finished run folder (a run writes grid.parquet last)")
+    metadata = pq.read_schema(grid_path).metadata or {}
+    config = json.loads(metadata.get(b"rqsweep.config", b"{}"))
+    grid = pl.read_parquet(grid_path)
+    if grid.is_empty() or not grid["is_baseline"].any():
+        raise InputError(grid_path, "", "holds no evaluated baseline setting")
+    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode())

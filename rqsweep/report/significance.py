@@ -1,0 +1,97 @@
+"""How sure we are that one setting beats another: paired over the same queries, MRR's per-query terms.
+
+The best of many settings on a small golden set is partly luck. Two paired statistics on the
+per-query reciprocal-rank differences d = 1/rank(best) - 1/rank(baseline) (0 when absent):
+- a percentile bootstrap confidence interval of mean(d), resampling queries;
+- a two-sided sign-flip permutation test of mean(d) = 0 (under the null, each query's pair is
+  exchangeable, so the sign of each d is a coin flip).
+Both are seeded, so a report rebuilt from the same files says the same thing. A failed search is
+not a miss: a query whose search failed for either setting is left out of the pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import polars as pl
+
+from rqsweep.golden import OVERALL
+from rqsweep.metrics import reciprocal_rank
+
+ALPHA = 0.05
+ROUNDS = 10_000
+SEED = 0
+_CHUNK = 1_000  # rounds drawn at once: bounds memory at _CHUNK x queries
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """mean(d) over `queries` pairs (`differing` of them with d != 0), its bootstrap interval (1 - ALPHA),
+    and the permutation test's p-value."""
+
+    queries: int
+    differing: int
+    mean_difference: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < ALPHA
+
+    def verdict(self) -> str:
+        if self.queries == 0:
+            return "no paired queries"
+        if self.differing == 0:
+            return "no difference: the same rank on every query"
+        if self.significant:
+            return f"significant at {ALPHA:g}, {'better' if self.mean_difference > 0 else 'worse'}"
+        return "not significant: this difference could be luck"
+
+
+def _rounds(rng: np.random.Generator, draw: Callable[[np.random.Generator, int], np.ndarray]) -> np.ndarray:
+    return np.concatenate([draw(rng, min(_CHUNK, ROUNDS - start)) for start in range(0, ROUNDS, _CHUNK)])
+
+
+def paired_test(differences: np.ndarray, seed: int = SEED) -> PairedTest:
+    """Bootstrap interval and sign-flip permutation p-value of the mean of paired differences."""
+    d = np.asarray(differences, dtype=np.float64)
+    n = d.size
+    if n == 0:
+        return PairedTest(0, 0, 0.0, 0.0, 0.0, 1.0)
+    rng = np.random.default_rng(seed)
+    boot = _rounds(rng, lambda g, m: d[g.integers(0, n, size=(m, n))].mean(axis=1))
+    low, high = np.quantile(boot, [ALPHA / 2, 1 - ALPHA / 2])
+    flips = _rounds(rng, lambda g, m: (d * g.choice((-1.0, 1.0), size=(m, n))).mean(axis=1))
+    observed = abs(d.mean())
+    # Relative slack: a flip that reproduces the observed mean up to float rounding counts as extreme.
+    extreme = np.count_nonzero(np.abs(flips) >= observed - 1e-12 * max(1.0, observed))
+    p_value = (extreme + 1) / (ROUNDS + 1)  # the observed labelling is one of the permutations
+    return PairedTest(n, int(np.count_nonzero(d)), float(d.mean()), float(low), float(high), float(p_value))
+
+
+def paired_differences(queries: pl.DataFrame, better: str, worse: str) -> pl.DataFrame:
+    """query_id, slice, d = RR(better) - RR(worse), over queries where neither search failed."""
+
+    def side(sid: str, name: str) -> pl.DataFrame:
+        return queries.filter((pl.col("setting_id") == sid) & pl.col("error").is_null()).select(
+            "query_id", "slice", reciprocal_rank(pl.col("rank")).alias(name))
+
+    joined = side(better, "a").join(side(worse, "b").drop("slice"), on="query_id", how="inner")
+    return joined.select("query_id", "slice", (pl.col("a") - pl.col("b")).alias("d"))
+
+
+def significance_table(queries: pl.DataFrame, best: str, baseline: str, slices: list[str]) -> pl.DataFrame:
+    """Per slice and overall: pairs, MRR difference best - baseline, its interval, p-value and a plain verdict."""
+    diffs = paired_differences(queries, best, baseline)
+    rows = []
+    for s in slices:
+        d = diffs if s == OVERALL else diffs.filter(pl.col("slice") == s)
+        t = paired_test(d["d"].to_numpy())
+        rows.append({"slice": s, "queries paired": t.queries, "ranks differ": t.differing, "Δ MRR": t.mean_difference,
+                     f"{1 - ALPHA:.0%} CI": f"[{t.ci_low:+.4f}, {t.ci_high:+.4f}]",
+                     "p-value": t.p_value, "verdict": t.verdict()})
+    return pl.DataFrame(rows)

@@ -1,0 +1,73 @@
+"""Run folders built by hand for the report and gate tests: every number in them is one a test states."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from rqsweep.results import write_parquet
+from rqsweep.space import parse_setting_id
+
+Metrics = tuple[float | None, float | None, float | None]  # recall@5, recall@10, MRR
+
+CONFIG = {
+    "name": "handmade",
+    "sweep": {"strategy": "grid", "knobs": {}},
+    "search": {"limit": 10},
+    "objective": {"metric": "mrr", "slice": "overall"},
+    "constraints": [{"metric": "recall_at_10", "slice": "*", "min": 0.5},
+                    {"metric": "mrr", "slice": "*", "max_drop": 0.1}],
+}
+
+
+def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baseline: str, best: str | None,
+              infeasible: dict[str, str] | None = None, queries: pl.DataFrame | None = None,
+              sizes: dict[str, int] | None = None, config: dict | None = None, run_id: str = "20260101T000000Z-aaaa",
+              golden_sha256: str = "g" * 64) -> Path:
+    """A run folder: grid.parquet from `settings` (setting id -> slice -> metrics, in evaluation order),
+    queries.parquet from `queries` (rows: setting_id, query_id, slice, rank, error), run.json."""
+    infeasible = infeasible or {}
+    sizes = sizes or {}
+    rows = []
+    for order, (sid, slices) in enumerate(settings.items()):
+        knobs = parse_setting_id(sid)
+        for s, (r5, r10, mrr) in slices.items():
+            rows.append({
+                "run_id": run_id, "setting_id": sid, "rrf_k": knobs.rrf_k, "min_similarity": knobs.min_similarity,
+                "recency_half_life_days": knobs.recency_half_life_days, "slice": s,
+                "queries": sizes.get(s, 10), "recall_at_5": r5, "recall_at_10": r10, "mrr": mrr,
+                "errors": 0, "tie_sensitive": 0, "feasible": sid not in infeasible,
+                "violations": infeasible.get(sid, ""), "is_baseline": sid == baseline, "is_best": sid == best,
+                "evaluation_order": order, "config_sha256": "c" * 64, "golden_sha256": golden_sha256,
+            })
+    grid = pl.DataFrame(rows, schema_overrides={"min_similarity": pl.Float64, "recall_at_5": pl.Float64,
+                                                "recall_at_10": pl.Float64, "mrr": pl.Float64})
+    metadata = {"rqsweep.version": "test", "rqsweep.config": json.dumps(config or CONFIG),
+                "rqsweep.golden": "golden.yaml"}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_parquet(run_dir / "grid.parquet", grid, metadata)
+    if queries is None:
+        queries = pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "slice": pl.String,
+                                       "rank": pl.Int64, "error": pl.String})
+    queries = queries.with_columns(
+        pl.lit(run_id).alias("run_id"),
+        pl.col("rank").is_between(1, 5).cast(pl.Float64).alias("recall_at_5"),
+        pl.col("rank").is_between(1, 10).cast(pl.Float64).alias("recall_at_10"),
+        pl.lit(False).alias("tie_sensitive"),
+    )
+    write_parquet(run_dir / "queries.parquet", queries, metadata)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "status": "complete"}))
+    return run_dir
+
+
+def query_rows(setting_id: str, slice_: str, ranks: list[int | None], prefix: str | None = None) -> pl.DataFrame:
+    """Per-query rows of one setting and slice; a rank of None is a failed search."""
+    return pl.DataFrame({
+        "setting_id": [setting_id] * len(ranks),
+        "query_id": [f"{prefix or slice_}-{i}" for i in range(len(ranks))],
+        "slice": [slice_] * len(ranks),
+        "rank": [0 if r is None else r for r in ranks],
+        "error": [("HTTP 503" if r is None else None) for r in ranks],
+    }, schema_overrides={"rank": pl.Int64, "error": pl.String})

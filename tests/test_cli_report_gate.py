@@ -1,0 +1,123 @@
+"""`rqsweep report`, `rqsweep gate` and the run command's report and gate, through `main` and its exit codes.
+
+The sweep itself is replaced by a stand-in that "writes" a hand-built run folder: these tests are
+about what the command line does around a run, not the engine.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from rqsweep import job
+from rqsweep.cli import EXIT_GATE_FAILED, main
+from rqsweep.errors import NoFeasibleSetting
+from tests.runfolders import write_run
+
+BASE, BEST = "k60_moff_h0.0", "k20_moff_h0.0"
+GOOD = {"entity": (.8, .9, .7), "freshness": (.6, .8, .5), "overall": (.7, .85, .6)}
+WORSE = {**GOOD, "freshness": (.6, .7, .5)}  # freshness recall@10 falls 0.1
+
+
+def _run(path, slices, run_id="20260102T000000Z-bbbb"):
+    return write_run(path, {BASE: GOOD, BEST: slices}, baseline=BASE, best=BEST, run_id=run_id)
+
+
+@pytest.fixture()
+def previous(tmp_path):
+    return _run(tmp_path / "previous", GOOD, run_id="20260101T000000Z-aaaa")
+
+
+@pytest.fixture()
+def sweep_writes(monkeypatch, tmp_path):
+    """Make `job.run` produce a given run folder (or end without a feasible setting); returns a setter."""
+
+    def use(slices, feasible=True):
+        run_dir = _run(tmp_path / "current", slices)
+
+        def fake_run(config, **_):
+            if not feasible:
+                raise NoFeasibleSetting("No feasible setting among 2 evaluated.", run_dir)
+            return SimpleNamespace(run_dir=run_dir, summary="summary of the run")
+
+        monkeypatch.setattr(job, "run", fake_run)
+        return run_dir
+
+    return use
+
+
+def test_report_command_rebuilds_the_report(tmp_path, previous, capsys):
+    assert main(["report", str(previous)]) == 0
+    assert (previous / "report.html").exists()
+    assert "Best feasible setting: rrf_k=20" in (previous / "report.md").read_text()
+    assert "report.html" in capsys.readouterr().out
+
+
+def test_gate_command_exit_codes(tmp_path, previous, capsys):
+    assert main(["gate", str(_run(tmp_path / "clean", GOOD)), str(previous)]) == 0
+    assert "Gate passed" in capsys.readouterr().out
+    assert main(["gate", str(_run(tmp_path / "worse", WORSE)), str(previous)]) == EXIT_GATE_FAILED == 5
+    out = capsys.readouterr().out
+    assert "Gate FAILED: freshness" in out and "recall@10 0.8000 -> 0.7000" in out
+    assert main(["gate", str(_run(tmp_path / "worse2", WORSE)), str(previous), "--tolerance", "0.1"]) == 0
+
+
+def test_invalid_folders_and_arguments_exit_2(tmp_path, previous, capsys):
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert main(["gate", str(previous), str(tmp_path / "nowhere")]) == 2
+    assert "grid.parquet" in capsys.readouterr().err
+    for argv in (["gate", str(previous)], ["gate", str(previous), "--update-gate-file"],
+                 ["gate", str(previous), str(previous), "--tolerance", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+
+
+def test_gate_file_round_trip_through_the_command_line(tmp_path, previous, capsys):
+    gate_file = tmp_path / "repo" / "rqsweep-gate.json"
+    assert main(["gate", str(previous), "--gate-file", str(gate_file)]) == 2  # not created yet
+    assert main(["gate", str(previous), "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    assert gate_file.exists()
+    worse = _run(tmp_path / "worse", WORSE)
+    assert main(["gate", str(worse), "--gate-file", str(gate_file)]) == EXIT_GATE_FAILED
+    capsys.readouterr()
+    assert main(["gate", str(worse), "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    assert "accepted changes" in capsys.readouterr().out
+    assert main(["gate", str(worse), "--gate-file", str(gate_file)]) == 0
+
+
+def test_run_writes_the_report_then_gates(tmp_path, previous, sweep_writes, capsys):
+    run_dir = sweep_writes(GOOD)
+    assert main(["config.yaml", "--compare", str(previous)]) == 0
+    out = capsys.readouterr().out
+    assert "summary of the run" in out and "Gate passed" in out
+    assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()
+
+
+def test_run_with_a_regression_exits_5(tmp_path, previous, sweep_writes, capsys):
+    sweep_writes(WORSE)
+    assert main(["config.yaml", "--compare", str(previous)]) == EXIT_GATE_FAILED
+    assert "Gate FAILED: freshness" in capsys.readouterr().out
+
+
+def test_run_refuses_a_missing_reference_before_searching(tmp_path, monkeypatch):
+    monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("the run should not start"))
+    assert main(["config.yaml", "--compare", str(tmp_path / "nowhere")]) == 2
+    assert main(["config.yaml", "--gate-file", str(tmp_path / "missing.json")]) == 2
+
+
+def test_run_without_a_feasible_setting_still_writes_the_report(tmp_path, previous, sweep_writes, capsys):
+    run_dir = sweep_writes(GOOD, feasible=False)
+    gate_file = tmp_path / "gate.json"
+    assert main(["config.yaml", "--gate-file", str(gate_file), "--update-gate-file"]) == 4
+    assert (run_dir / "report.md").exists()
+    assert not gate_file.exists()  # a run with nothing feasible never becomes the committed "before"
+    assert "No feasible setting" in capsys.readouterr().err
+
+
+def test_dry_run_makes_no_search(monkeypatch, capsys):
+    monkeypatch.setattr(job, "dry_run", lambda config: f"would sweep {config}")
+    monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("a dry run must not search"))
+    assert main(["config.yaml", "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip() == "would sweep config.yaml"

@@ -1,0 +1,130 @@
+"""The nightly gate on hand-built pairs of runs: structure, direction at 4 decimals, tolerance, gate files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rqsweep.errors import InputError
+from rqsweep.gate import gate, read_gate_file, write_gate_file
+from tests.runfolders import write_run
+
+BASE, BEST = "k60_moff_h0.0", "k20_moff_h0.0"
+BEFORE = {"entity": (.8, .9, .7), "freshness": (.6, .8, .5), "overall": (.7, .85, .6)}
+
+
+def _run(path, best_slices, *, run_id="20260102T000000Z-bbbb", best=BEST):
+    """A run whose chosen setting `best` has `best_slices`; the baseline sits a little below."""
+    settings = {BASE: {s: (r5 - .1, r10 - .1, mrr - .1) for s, (r5, r10, mrr) in BEFORE.items()}}
+    if best is not None:
+        settings[best] = best_slices
+    else:
+        settings[BASE] = best_slices
+    return write_run(path, settings, baseline=BASE, best=best, run_id=run_id,
+                     infeasible={} if best else {BASE: "violated"})
+
+
+def _with(**changes):
+    return {**BEFORE, **changes}
+
+
+@pytest.fixture()
+def previous(tmp_path):
+    return _run(tmp_path / "previous", BEFORE, run_id="20260101T000000Z-aaaa")
+
+
+def test_a_clean_pair_passes(tmp_path, previous):
+    current = _run(tmp_path / "current", _with(entity=(.9, 1.0, .9)))  # better is never a failure
+    result = gate(current, previous, None, 0.0)
+    assert result.passed and result.failing_slices == ()
+    assert "| entity " in result.text and "+0.2000" in result.text and "Gate passed" in result.text
+
+
+def test_a_regression_names_the_slice(tmp_path, previous):
+    current = _run(tmp_path / "current", _with(freshness=(.6, .8, .45)))
+    result = gate(current, previous, None, 0.0)
+    assert not result.passed and result.failing_slices == ("freshness",)
+    assert result.problems == ("freshness: MRR 0.5000 -> 0.4500 (fell by more than 0)",)
+    assert "FELL" in result.text
+
+
+def test_the_tolerance_allows_small_falls(tmp_path, previous):
+    current = _run(tmp_path / "current", _with(freshness=(.6, .75, .45)))
+    assert gate(current, previous, None, 0.05).passed
+    assert gate(current, previous, None, 0.049).failing_slices == ("freshness",)
+
+
+def test_values_are_compared_at_four_decimals(tmp_path):
+    previous = _run(tmp_path / "previous", _with(entity=(.8, .9, .70004)))
+    # 0.70004 -> 0.69996 is a fall of 0.00008, but both read 0.7000 at 4 decimals: no regression.
+    assert gate(_run(tmp_path / "same", _with(entity=(.8, .9, .69996))), previous, None, 0.0).passed
+    previous = _run(tmp_path / "previous2", _with(entity=(.8, .9, .70006)))
+    assert gate(_run(tmp_path / "fell", BEFORE), previous, None, 0.0).failing_slices == ("entity",)
+
+
+def test_structure_a_slice_at_zero_or_without_metrics_fails(tmp_path, previous):
+    current = _run(tmp_path / "zero", _with(entity=(0, 0, 0)))
+    assert gate(current, None, None, 1.0).failing_slices == ("entity",)  # no reference needed
+    current = _run(tmp_path / "none", _with(freshness=(None, None, None)))
+    result = gate(current, previous, None, 0.0)
+    assert result.failing_slices == ("freshness",)
+    assert "freshness: no recall@10 or MRR (every search of the slice failed)" in result.problems
+
+
+def test_structure_a_slice_that_disappeared_fails(tmp_path, previous):
+    current = _run(tmp_path / "current", {s: m for s, m in BEFORE.items() if s != "freshness"})
+    result = gate(current, previous, None, 0.0)
+    assert not result.passed and "freshness" in result.failing_slices
+    assert "missing" in result.text
+
+
+def test_without_a_feasible_setting_the_baseline_is_gated_but_never_accepted(tmp_path, previous):
+    current = _run(tmp_path / "current", _with(overall=(.7, .85, .55)), best=None)
+    result = gate(current, previous, None, 0.0)
+    assert result.failing_slices == ("overall",)
+    assert "no feasible setting: the baseline" in result.text
+    with pytest.raises(InputError, match="no feasible setting"):
+        write_gate_file(current, tmp_path / "gate.json")
+    assert not (tmp_path / "gate.json").exists()
+
+
+def test_gate_file_is_small_stable_and_one_slice_per_line(tmp_path, previous):
+    path = tmp_path / "gate.json"
+    assert write_gate_file(previous, path) is None
+    text = path.read_text()
+    data = json.loads(text)
+    assert list(data) == ["rqsweep_gate_file", "config", "run_id", "golden_sha256", "setting", "slices"]
+    assert list(data["slices"]) == ["entity", "freshness", "overall"]
+    assert data["slices"]["freshness"] == {"queries": 10, "recall_at_5": 0.6, "recall_at_10": 0.8, "mrr": 0.5}
+    assert '    "freshness": {"queries": 10, "recall_at_5": 0.6000, "recall_at_10": 0.8000, "mrr": 0.5000},' \
+        in text.splitlines()
+    write_gate_file(previous, path)
+    assert path.read_text() == text  # rewriting the same run changes nothing: no noise in the diff
+
+
+def test_gating_against_a_gate_file(tmp_path, previous):
+    path = tmp_path / "gate.json"
+    write_gate_file(previous, path)
+    assert gate(_run(tmp_path / "same", BEFORE), None, path, 0.0).passed
+    regressed = _run(tmp_path / "worse", _with(entity=(.8, .8, .7)))
+    result = gate(regressed, None, path, 0.0)
+    assert result.failing_slices == ("entity",) and f"gate file {path}" in result.text
+    # Accepting the change rewrites the file and reports what changed.
+    changes = write_gate_file(regressed, path)
+    assert "FELL" not in changes and "-0.1000" in changes
+    assert read_gate_file(path).slices["entity"]["recall_at_10"] == 0.8
+
+
+def test_a_broken_gate_file_is_invalid_input(tmp_path, previous):
+    with pytest.raises(InputError, match="--update-gate-file"):
+        gate(previous, None, tmp_path / "missing.json", 0.0)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"slices": {"entity": {"mrr": "high"}}}')
+    with pytest.raises(InputError, match="slices.entity.mrr"):
+        gate(previous, None, bad, 0.0)
+
+
+def test_a_changed_golden_set_is_flagged(tmp_path, previous):
+    current = write_run(tmp_path / "current", {BASE: BEFORE}, baseline=BASE, best=BASE, golden_sha256="h" * 64)
+    assert "the golden set differs" in gate(current, previous, None, 0.0).text

@@ -1,0 +1,170 @@
+"""The report's content checked against a grid built by hand: tables, chosen setting, significance, costs."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rqsweep.errors import InputError
+from rqsweep.report import write_report
+from rqsweep.report.recency import ranks_lost, recency_cost
+from rqsweep.report.run_folder import read_run_folder
+from rqsweep.report.significance import paired_differences, paired_test, significance_table
+from rqsweep.report.tables import best_vs_baseline, infeasible_groups, knob_table
+from tests.runfolders import CONFIG, query_rows, write_run
+
+BASE, BEST = "k60_moff_h0.0", "k5_moff_h30.0"
+
+# Two slices, entity (40 queries) and freshness (10), over rrf_k {5, 60} x floor {off, 0.2} x half-life {0, 30}.
+# Constraints (tests.runfolders.CONFIG): recall@10 >= 0.5 and MRR within 0.1 of the baseline, per slice.
+SETTINGS = {
+    BASE:             {"entity": (1, 1, .5), "freshness": (.7, .7, .45), "overall": (.94, .94, .49)},
+    "k5_moff_h0.0":   {"entity": (1, 1, .6), "freshness": (.7, .7, .4), "overall": (.94, .94, .56)},
+    "k60_moff_h30.0": {"entity": (1, 1, .5), "freshness": (.8, .8, .6), "overall": (.96, .96, .52)},
+    BEST:             {"entity": (1, 1, .75), "freshness": (.7, .7, .525), "overall": (.94, .94, .705)},
+    "k60_m0.2_h0.0":  {"entity": (.3, .3, .2), "freshness": (.7, .7, .45), "overall": (.38, .38, .25)},
+    "k5_m0.2_h0.0":   {"entity": (.4, .4, .3), "freshness": (.7, .7, .45), "overall": (.46, .46, .33)},
+    "k60_m0.2_h30.0": {"entity": (1, 1, .5), "freshness": (.3, .3, .2), "overall": (.86, .86, .44)},
+    # The highest overall MRR, but freshness MRR falls 0.15: infeasible, so not the best.
+    "k5_m0.2_h30.0":  {"entity": (1, 1, .9), "freshness": (.6, .6, .3), "overall": (.92, .92, .78)},
+}
+INFEASIBLE = {sid: "violated" for sid in ("k60_m0.2_h0.0", "k5_m0.2_h0.0", "k60_m0.2_h30.0", "k5_m0.2_h30.0")}
+
+# Ranks behind the best and baseline rows above. Entity: every query gains (rank 2 -> 1 on half of them), a
+# clear win. Freshness: two queries gain, two lose; MRR 0.45 -> 0.525 is within luck.
+QUERIES = pl.concat([
+    query_rows(BASE, "entity", [2] * 40),
+    query_rows(BEST, "entity", [1] * 20 + [2] * 20),
+    query_rows(BASE, "freshness", [1, 1, 2, 2, 0, 0, 4, 4, 1, 0]),
+    query_rows(BEST, "freshness", [2, 1, 1, 2, 0, 1, 0, 4, 1, 0]),
+])
+
+
+@pytest.fixture()
+def run_dir(tmp_path):
+    return write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE, queries=QUERIES,
+                     sizes={"entity": 40, "freshness": 10, "overall": 50})
+
+
+def _rows(frame: pl.DataFrame, key: str) -> dict[str, dict]:
+    return {r[key]: r for r in frame.iter_rows(named=True)}
+
+
+def test_best_beside_baseline_per_slice(run_dir):
+    table = _rows(best_vs_baseline(read_run_folder(run_dir)), "slice")
+    assert list(table) == ["entity", "freshness", "overall"]
+    assert table["freshness"]["MRR baseline"] == 0.45 and table["freshness"]["MRR best"] == 0.525
+    assert table["freshness"]["MRR Δ"] == pytest.approx(0.075)
+    assert table["overall"]["MRR Δ"] == pytest.approx(0.215)
+    assert table["entity"]["recall@10 Δ"] == 0
+    assert table["overall"]["queries"] == 50
+
+
+def test_knob_tables_hold_the_other_knobs_at_the_best_setting(run_dir):
+    run = read_run_folder(run_dir)
+    rrf_k = _rows(knob_table(run, "rrf_k"), "rrf_k")
+    assert list(rrf_k) == ["5", "60"]  # at floor off, half-life 30
+    assert rrf_k["60"]["freshness MRR"] == 0.6 and rrf_k["60"]["freshness recall@10"] == 0.8
+    assert rrf_k["60"]["overall MRR"] == 0.52 and rrf_k["5"]["overall MRR"] == 0.705
+    floor = _rows(knob_table(run, "min_similarity"), "min_similarity")
+    assert list(floor) == ["off", "0.2"]
+    assert floor["0.2"]["feasible"] is False and floor["0.2"]["entity MRR"] == 0.9
+    half_life = _rows(knob_table(run, "recency_half_life_days"), "recency_half_life_days")
+    assert list(half_life) == ["0 (off)", "30"]
+    assert half_life["0 (off)"]["overall MRR"] == 0.56
+
+
+def test_infeasible_settings_are_grouped_by_slice_and_constraint(run_dir):
+    groups = {(r["slice"], r["violated constraint"]): r for r in infeasible_groups(read_run_folder(run_dir)).to_dicts()}
+    assert {k: r["settings"] for k, r in groups.items()} == {
+        ("entity", "recall_at_10[entity] >= 0.5"): 2,
+        ("entity", "mrr[entity] drop <= 0.1 vs baseline"): 2,
+        ("freshness", "mrr[freshness] drop <= 0.1 vs baseline"): 2,
+        ("freshness", "recall_at_10[freshness] >= 0.5"): 1,
+    }
+    # Each group names its member with the highest overall MRR: 0.78, which would have beaten the best's 0.705.
+    tempting = "highest MRR on overall among them"
+    assert groups[("freshness", "mrr[freshness] drop <= 0.1 vs baseline")][tempting] == \
+        "rrf_k=5 min_similarity=0.2 half_life=30d (0.7800)"
+    assert groups[("entity", "recall_at_10[entity] >= 0.5")][tempting] == \
+        "rrf_k=5 min_similarity=0.2 half_life=0d (0.3300)"
+
+
+def test_recency_cost_matches_the_worked_example():
+    assert [ranks_lost(k, 0.87) for k in (60, 20, 5)] == [9, 3, 0]
+    assert ranks_lost(60, 1.0) == 0
+    # At k = 5, h = 30: factors 0.977, 0.851, 0.5, 0.125 cost 0, 1, 5 and 41 ranks.
+    table = recency_cost(5, 30.0, limit=10)
+    assert table["memory age (days)"].to_list() == [1, 7, 30, 90, 365]
+    assert table["ranks lost"].to_list()[:4] == ["0", "1", "5", "41"]
+    assert table["still in top 10"].to_list() == [True, True, True, False, False]
+
+
+def test_paired_test_separates_a_clear_gain_from_luck():
+    clear = paired_test(np.full(30, 0.5))
+    assert clear.significant and clear.mean_difference == 0.5 and clear.ci_low == clear.ci_high == 0.5
+    luck = paired_test(np.array([-0.5, 0, 0.5, 0, 0, 1, -0.25, 0, 0, 0]))
+    assert not luck.significant and luck.ci_low < 0 < luck.ci_high
+    assert luck.verdict().startswith("not significant")
+    assert paired_test(np.zeros(8)).verdict().startswith("no difference")
+    worse = paired_test(np.full(30, -0.2))
+    assert worse.significant and worse.verdict().endswith("worse")
+
+
+def test_failed_searches_are_left_out_of_the_pairs():
+    queries = pl.concat([query_rows("a", "s", [1, 1, None, 2]), query_rows("b", "s", [2, None, 1, 2])])
+    d = paired_differences(queries, "a", "b")
+    assert d["query_id"].to_list() == ["s-0", "s-3"]
+    assert d["d"].to_list() == [0.5, 0.0]
+
+
+def test_significance_per_slice_and_overall(run_dir):
+    run = read_run_folder(run_dir)
+    table = _rows(significance_table(run.queries([BEST, BASE]), BEST, BASE, run.slices), "slice")
+    assert table["entity"]["queries paired"] == 40 and table["entity"]["Δ MRR"] == pytest.approx(0.25)
+    assert table["entity"]["verdict"].startswith("significant")
+    assert table["freshness"]["Δ MRR"] == pytest.approx(0.075)
+    assert table["freshness"]["verdict"].startswith("not significant")
+    assert table["overall"]["queries paired"] == 50 and table["overall"]["Δ MRR"] == pytest.approx(0.215)
+
+
+def test_write_report_says_what_was_chosen_and_embeds_everything(run_dir):
+    md_path, html_path = write_report(run_dir)
+    md, page = md_path.read_text(), html_path.read_text()
+    assert "Best feasible setting: rrf_k=5 min_similarity=off half_life=30d" in md
+    assert "MRR on overall 0.7050 against the baseline's 0.4900" in md
+    assert re.search(r"\| freshness +\| +10 .*\| +0\.4500 \| +0\.5250 \| +\+0\.0750 \|\n", md)
+    assert re.search(r"\| freshness .*not significant", md)
+    assert "4 of 8 settings violate at least one constraint" in md
+    assert "At rrf_k 5 and a half-life of 30 days" in md
+    # Self-contained: three plots (no optimisation history for a grid), no reference to anything outside.
+    assert page.count('<img src="data:image/png;base64,') == 3
+    assert not re.search(r"(src|href)=\"(?!data:)", page)
+    assert "<table>" in page and "0.7050" in page
+
+
+def test_report_of_a_run_without_a_feasible_setting(tmp_path):
+    settings = {BASE: SETTINGS[BASE], "k60_m0.2_h0.0": SETTINGS["k60_m0.2_h0.0"]}
+    run_dir = write_run(tmp_path / "run", settings, baseline=BASE, best=None,
+                        infeasible={sid: "violated" for sid in settings})
+    md = write_report(run_dir)[0].read_text()
+    assert "No feasible setting" in md and "How sure we are" not in md
+    assert "MRR best" not in md
+    assert "The recency blend is off at the chosen setting" in md
+    assert "No rrf_k x half-life heatmap" in md  # one cell is no grid
+
+
+def test_optimise_runs_get_a_history_plot(tmp_path):
+    config = {**CONFIG, "sweep": {"strategy": "optimize", "knobs": {}}}
+    run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE, config=config,
+                        queries=QUERIES)
+    page = write_report(run_dir)[1].read_text()
+    assert "Optimisation history" in page and page.count("data:image/png;base64,") == 4
+
+
+def test_a_folder_without_a_grid_is_invalid_input(tmp_path):
+    with pytest.raises(InputError, match="grid.parquet"):
+        write_report(tmp_path)
