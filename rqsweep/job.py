@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import time
 from dataclasses import dataclass
@@ -49,12 +50,18 @@ def load_inputs(config_path: Path) -> Inputs:
     return Inputs(config, golden)
 
 
-def build_backend(inputs: Inputs, workers: int, log: Callable[[str], None]) -> Backend:
+def build_backend(inputs: Inputs, workers: int, log: Callable[[str], None], run_dir: Path | None = None) -> Backend:
     from rqsweep.backends.embedded import EmbeddedBackend, build_embedder
+    from rqsweep.config import HttpConfig
     from rqsweep.engine.index import Index
 
     cfg, golden = inputs.config, inputs.golden
     corpus = load_corpus(cfg.corpus) if cfg.corpus else golden.corpus
+    if isinstance(cfg.backend, HttpConfig):
+        from rqsweep.backends.http import build_http_backend
+
+        # The run folder keeps what seeding created (seed.json), so that --resume does not seed again.
+        return build_http_backend(cfg, golden, corpus, run_dir, log)
     started = time.monotonic()
     index = Index.build(corpus, build_embedder(cfg.backend), cfg.backend.chunking, tie_order=cfg.backend.tie_order)
     backend = EmbeddedBackend(index, golden, cfg.limit, cfg.scope, workers)
@@ -174,13 +181,12 @@ class Sweep:
 
 
 def _metadata(inputs: Inputs) -> dict[str, str]:
-    import json
-
     return {
         "rqsweep.version": __version__,
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
         "rqsweep.metrics": json.dumps(METRIC_DEFINITIONS),
         "rqsweep.golden": str(inputs.golden.path),
+        "rqsweep.strategy": inputs.config.sweep.strategy,
     }
 
 
@@ -295,7 +301,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     write_json(run_dir / "run.json", info)
     for w in inputs.golden.warnings:
         progress.log(f"warning: {w}")
-    backend = build_backend(inputs, workers or config.workers, progress.log)
+    backend = build_backend(inputs, workers or config.workers, progress.log, run_dir)
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     try:

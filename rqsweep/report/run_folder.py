@@ -25,6 +25,7 @@ class RunFolder:
     grid: pl.DataFrame
     config: dict
     golden: str  # the golden set's path as the run read it
+    strategy: str  # `grid` or `optimize`
 
     @property
     def run_id(self) -> str:
@@ -67,17 +68,6 @@ class RunFolder:
     def limit(self) -> int:
         return int((self.config.get("search") or {}).get("limit", DEFAULT_LIMIT))
 
-    @cached_property
-    def strategy(self) -> str:
-        """`grid` or `optimize`. A named sweep file is not in the Parquet metadata, so run.json answers then."""
-        sweep = self.config.get("sweep")
-        if isinstance(sweep, dict):
-            return sweep.get("strategy", "grid")
-        run_json = self.path / "run.json"
-        if run_json.exists():
-            return json.loads(run_json.read_text()).get("strategy") or "grid"
-        return "grid"
-
     def slice_rows(self, setting_id: str) -> dict[str, dict]:
         """slice -> that setting's grid row."""
         rows = self.grid.filter(pl.col("setting_id") == setting_id)
@@ -105,4 +95,7 @@ def read_run_folder(path: Path) -> RunFolder:
     grid = pl.read_parquet(grid_path)
     if grid.is_empty() or not grid["is_baseline"].any():
         raise InputError(grid_path, "", "holds no evaluated baseline setting")
-    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode())
+    sweep = config.get("sweep")
+    strategy = metadata.get(b"rqsweep.strategy", b"").decode() or (
+        sweep.get("strategy", "grid") if isinstance(sweep, dict) else "grid")
+    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy)
