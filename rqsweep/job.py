@@ -99,22 +99,32 @@ class Sweep:
         self._baseline_table: dict | None = None
 
     def evaluate(self, settings: list[Knobs]) -> pl.DataFrame:
+        """Evaluate and record the settings not finished yet; returns the rows just evaluated."""
         finished = self.state.finished()
         todo = list({setting_id(s): s for s in settings if setting_id(s) not in finished}.values())
-        if todo:
-            self.state.record(self.backend.evaluate(todo))
-        ids = {setting_id(s) for s in settings}
-        return self.state.rows().filter(pl.col("setting_id").is_in(ids))
+        if not todo:
+            return self.state.rows().clear()
+        rows = self.backend.evaluate(todo)
+        self.state.record(rows)
+        return rows
+
+    def rows_of(self, settings: list[Knobs]) -> pl.DataFrame:
+        """Per-query rows of these settings, evaluating those not finished yet."""
+        fresh = self.evaluate(settings)
+        wanted = {setting_id(s) for s in settings}
+        if set(fresh["setting_id"].unique().to_list()) == wanted:
+            return fresh
+        return self.state.rows().filter(pl.col("setting_id").is_in(wanted))
 
     def baseline_table(self) -> dict:
         if self._baseline_table is None:
-            rows = self.evaluate([self.config.baseline])
+            rows = self.rows_of([self.config.baseline])
             self._baseline_table = _tables(slice_metrics(rows))[self.baseline_id]
         return self._baseline_table
 
     def score(self, settings: list[Knobs]):
         """Objective and constraint values per setting, for Optuna."""
-        tables = _tables(slice_metrics(self.evaluate(settings)))
+        tables = _tables(slice_metrics(self.rows_of(settings)))
         obj = self.config.objective
         out = []
         for s in settings:

@@ -16,7 +16,7 @@ from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
 from rqsweep.space import setting_id, suggest
 
-GRID_BATCH = 500  # settings between checkpoints
+GRID_BATCH = 2000  # settings between checkpoints
 OPTUNA_BATCH = 8  # trials asked before they are told: TPE's constant liar covers the pending ones
 
 Progress = Callable[[int], None]  # called with the number of settings just finished

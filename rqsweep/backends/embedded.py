@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import numpy as np
 import polars as pl
-from joblib import Parallel, delayed
+from joblib.externals.loky import get_reusable_executor
 
 from rqsweep.config import EmbeddedConfig
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
@@ -20,7 +21,18 @@ from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank, recall_at
 from rqsweep.results import QUERY_SCHEMA
 from rqsweep.space import setting_id
 
-_CHUNK = 2048  # settings per worker task
+_MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
+
+_installed: tuple = ()  # a worker process's copy of the plans, sent once when the worker starts
+
+
+def _install(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], limit: int) -> None:
+    global _installed
+    _installed = (plans, alternates, limit)
+
+
+def _score_installed(batch: SettingsBatch):
+    return _score(*_installed[:2], batch, _installed[2])
 
 
 def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int):
@@ -59,26 +71,29 @@ class EmbeddedBackend:
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
-        chunks = [slice(i, i + _CHUNK) for i in range(0, len(settings), _CHUNK)]
-        subsets = [batch[c] for c in chunks]
-        if self.workers == 1 or len(chunks) == 1:
-            parts = [_score(self.plans, self.alternates, b, self.limit) for b in subsets]
+        workers = self.workers if self.workers > 0 else os.cpu_count() or 1
+        if workers == 1 or len(settings) * len(self.plans) < _MIN_PARALLEL_WORK:
+            parts = [_score(self.plans, self.alternates, batch, self.limit)]
         else:
-            parts = Parallel(n_jobs=self.workers)(
-                delayed(_score)(self.plans, self.alternates, b, self.limit) for b in subsets)
+            # Workers keep the plans from their start-up; each task carries only its settings.
+            pool = get_reusable_executor(max_workers=workers, initializer=_install,
+                                         initargs=(self.plans, self.alternates, self.limit))
+            step = -(-len(settings) // workers)
+            parts = list(pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
         rank = np.concatenate([p[0] for p in parts])
         tie = np.concatenate([p[2] for p in parts])
         recalls = {k: np.concatenate([p[1][k] for p in parts]) for k in RECALL_CUTOFFS}
-        n_q = len(self.golden.queries)
-        ids = [setting_id(s) for s in settings]
+        n_s, n_q = len(settings), len(self.golden.queries)
+        per_setting = np.repeat(np.arange(n_s), n_q)
+        per_query = np.tile(np.arange(n_q), n_s)
         return pl.DataFrame({
-            "setting_id": np.repeat(np.array(ids, dtype=object), n_q),
-            "query_id": [q.id for q in self.golden.queries] * len(settings),
-            "slice": [q.slice for q in self.golden.queries] * len(settings),
+            "setting_id": pl.Series([setting_id(s) for s in settings]).gather(per_setting),
+            "query_id": pl.Series([q.id for q in self.golden.queries]).gather(per_query),
+            "slice": pl.Series([q.slice for q in self.golden.queries]).gather(per_query),
             "rank": rank.ravel(),
             "recall_at_5": recalls[5].ravel(),
             "recall_at_10": recalls[10].ravel(),
-            "error": pl.Series([None] * rank.size, dtype=pl.String),
+            "error": pl.repeat(None, rank.size, dtype=pl.String, eager=True),
             "tie_sensitive": tie.ravel(),
         }, schema=QUERY_SCHEMA)
 

@@ -68,10 +68,16 @@ class RunFolder:
     def limit(self) -> int:
         return int((self.config.get("search") or {}).get("limit", DEFAULT_LIMIT))
 
+    @cached_property
+    def _rows_by_setting(self) -> dict[str, dict[str, dict]]:
+        out: dict[str, dict[str, dict]] = {}
+        for row in self.grid.iter_rows(named=True):
+            out.setdefault(row["setting_id"], {})[row["slice"]] = row
+        return out
+
     def slice_rows(self, setting_id: str) -> dict[str, dict]:
         """slice -> that setting's grid row."""
-        rows = self.grid.filter(pl.col("setting_id") == setting_id)
-        return {r["slice"]: r for r in rows.iter_rows(named=True)}
+        return self._rows_by_setting.get(setting_id, {})
 
     def overall(self) -> pl.DataFrame:
         """One row per setting: its `overall` slice row, in evaluation order."""
