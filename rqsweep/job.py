@@ -14,7 +14,7 @@ import polars as pl
 
 from rqsweep import __version__
 from rqsweep.backends.base import Backend
-from rqsweep.config import JobConfig, load_config
+from rqsweep.config import JobConfig, Objective, load_config
 from rqsweep.constraints import constraint_values, violations
 from rqsweep.corpus import load_corpus
 from rqsweep.errors import InputError, NoFeasibleSetting
@@ -147,7 +147,8 @@ class Sweep:
             run_optimize(sweep, self.config.baseline, self.score, self.run_dir / "state" / "optuna.journal",
                          self.progress)
 
-    def finish(self) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:
+    def finish(self) -> tuple[pl.DataFrame, pl.DataFrame, str | None, dict[str, int]]:
+        """The grid and per-query tables, the best setting, and how many settings each constraint rejected."""
         rows = self.state.rows().unique(["setting_id", "query_id"], keep="first", maintain_order=True)
         metrics = slice_metrics(rows)
         tables = _tables(metrics)
@@ -187,7 +188,11 @@ class Sweep:
         queries = rows.with_columns(pl.lit(self.run_id).alias("run_id")).select(
             "run_id", "setting_id", "query_id", "slice", "rank", "recall_at_5", "recall_at_10", "error",
             "tie_sensitive")
-        return grid_frame, queries, best
+        rejected: dict[str, int] = {}
+        for found in verdicts.values():
+            for key, _ in found:
+                rejected[key] = rejected.get(key, 0) + 1
+        return grid_frame, queries, best, rejected
 
 
 def _metadata(inputs: Inputs) -> dict[str, str]:
@@ -208,53 +213,44 @@ def _versions() -> dict[str, str]:
             "polars": pl.__version__, "optuna": optuna.__version__}
 
 
-def summarise(grid_frame: pl.DataFrame, best: str | None, baseline: str, objective) -> str:
+def summarise(grid_frame: pl.DataFrame, best: str | None, baseline: str, objective: Objective,
+              rejected: dict[str, int]) -> str:
     """The end-of-run text: best beside baseline per slice, and how many settings failed which constraint."""
-    lines = []
-    n = grid_frame["setting_id"].n_unique()
-    by_setting = grid_frame.filter(pl.col("slice") == OVERALL)
-    infeasible = by_setting.filter(~pl.col("feasible"))
-    base_rows = {r["slice"]: r for r in grid_frame.filter(pl.col("setting_id") == baseline).iter_rows(named=True)}
-    if best is None:
-        lines.append(f"No feasible setting among {n} evaluated.")
-        shown = baseline
-    else:
-        b = parse_setting_id(best)
-        lines.append(f"Best feasible setting: {b.label()}  "
-                     f"({objective.metric}[{objective.slice}] "
-                     f"{base_rows[objective.slice][objective.metric]:.4f} -> "
-                     f"{grid_frame.filter((pl.col('setting_id') == best) & (pl.col('slice') == objective.slice))[objective.metric][0]:.4f})")
-        shown = best
-    lines.append(f"Baseline: {parse_setting_id(baseline).label()}")
-    best_rows = {r["slice"]: r for r in grid_frame.filter(pl.col("setting_id") == shown).iter_rows(named=True)}
-    lines.append(f"{'slice':<16}{'queries':>8}   {'recall@5':^17}   {'recall@10':^17}   {'MRR':^17}")
-    lines.append(f"{'':<16}{'':>8}   {'base -> best':^17}   {'base -> best':^17}   {'base -> best':^17}")
-    slices = sorted(s for s in base_rows if s != OVERALL) + [OVERALL]
 
-    def fmt(v):
+    def rows(sid: str) -> dict[str, dict]:
+        return {r["slice"]: r for r in grid_frame.filter(pl.col("setting_id") == sid).iter_rows(named=True)}
+
+    def fmt(v: float | None) -> str:
         return "  -   " if v is None else f"{v:.4f}"
 
-    for s in slices:
-        a, b = base_rows[s], best_rows[s]
-        cells = "   ".join(f"{fmt(a[m])} -> {fmt(b[m])}" for m in METRIC_COLUMNS)
-        lines.append(f"{s:<16}{a['queries']:>8}   {cells}")
-    if "tie_sensitive" in grid_frame.columns:
-        ties = grid_frame.filter((pl.col("setting_id") == shown) & (pl.col("slice") != OVERALL)
-                                 & (pl.col("tie_sensitive") > 0))
-        if ties.height:
-            lines.append("Tie-sensitive queries at this setting (rank depends on storage order): " + ", ".join(
-                f"{r['slice']} {r['tie_sensitive']}" for r in ties.iter_rows(named=True)))
-    lines.append(f"{infeasible.height} of {n} settings infeasible.")
-    if infeasible.height:
-        reasons: dict[str, int] = {}
-        for text in infeasible["violations"].to_list():
-            for reason in text.split("; "):
-                key = reason.split(" = ")[0].split(" fell")[0] if " = " in reason else reason
-                kind = "below the floor" if "<" in reason else "dropped too far vs baseline" if "fell" in reason else ""
-                label = f"{key} {kind}".strip()
-                reasons[label] = reasons.get(label, 0) + 1
-        for label, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {count:>6}  {label}")
+    n = grid_frame["setting_id"].n_unique()
+    base_rows = rows(baseline)
+    shown = best or baseline
+    best_rows = rows(shown)
+    if best is None:
+        lines = [f"No feasible setting among {n} evaluated."]
+    else:
+        before, after = base_rows[objective.slice][objective.metric], best_rows[objective.slice][objective.metric]
+        lines = [f"Best feasible setting: {parse_setting_id(best).label()}  "
+                 f"({objective.metric}[{objective.slice}] {fmt(before)} -> {fmt(after)})"]
+    lines += [
+        f"Baseline: {parse_setting_id(baseline).label()}",
+        f"{'slice':<16}{'queries':>8}   {'recall@5':^17}   {'recall@10':^17}   {'MRR':^17}",
+        f"{'':<16}{'':>8}   {'base -> best':^17}   {'base -> best':^17}   {'base -> best':^17}",
+    ]
+    for s in sorted(set(base_rows) - {OVERALL}) + [OVERALL]:
+        cells = "   ".join(f"{fmt(base_rows[s][m])} -> {fmt(best_rows[s][m])}" for m in METRIC_COLUMNS)
+        lines.append(f"{s:<16}{base_rows[s]['queries']:>8}   {cells}")
+    ties = [f"{s} {r['tie_sensitive']}" for s, r in sorted(best_rows.items())
+            if s != OVERALL and r.get("tie_sensitive")]
+    if ties:
+        lines.append("Tie-sensitive queries at this setting (rank depends on storage order): " + ", ".join(ties))
+    infeasible = grid_frame.filter((pl.col("slice") == OVERALL) & ~pl.col("feasible")).height
+    lines.append(f"{infeasible} of {n} settings infeasible.")
+    for key, count in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])):
+        label, _, kind = key.partition(":")
+        reason = {"min": "below its floor", "max_drop": "dropped too far vs the baseline"}.get(kind, "")
+        lines.append(f"  {count:>6}  {label} {reason}".rstrip())
     return "\n".join(lines)
 
 
@@ -319,11 +315,11 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     finally:
         backend.close()
     evaluated = time.monotonic()
-    grid_frame, queries, best = sweep.finish()
+    grid_frame, queries, best, rejected = sweep.finish()
     metadata = _metadata(inputs)
     write_parquet(run_dir / "grid.parquet", grid_frame, metadata)
     write_parquet(run_dir / "queries.parquet", queries, metadata)
-    summary = summarise(grid_frame, best, sweep.baseline_id, config.objective)
+    summary = summarise(grid_frame, best, sweep.baseline_id, config.objective, rejected)
 
     def table(sid: str | None) -> dict | None:
         if sid is None:
