@@ -1,0 +1,324 @@
+"""An inverted index answering SOAT's lexical channel for one store: every matching row and its rank.
+
+Postings are kept per lexeme, sorted by row then position, with PostgreSQL's tsvector limits
+already applied (positions capped at 16383, at most 255 per lexeme and row).
+
+A websearch query is a boolean combination of *atoms*: lexemes, and phrases whose operands are
+lexemes. Matching is set algebra on the rows of each atom (a phrase's rows come from joining
+positions). For ts_rank_cd, a window of a row's entries satisfies the query exactly when the
+boolean function holds for the atoms with an occurrence inside the window, so the covers of
+PostgreSQL's algorithm can be found for all rows at once from the atoms' occurrence spans and a
+truth table of the query.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Sequence
+
+import numpy as np
+
+from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache
+from rqsweep.engine.tsearch.query import (
+    And, Lexeme, Node, Not, Or, Phrase, TsQuery, TsQueryError, phrase_offsets, websearch_to_tsquery,
+)
+from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_entries
+
+_POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
+_MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
+
+
+class LexicalIndex:
+    """``to_tsvector('simple', text)`` of each row, indexed; rows are numbered in the given order."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.n_rows = len(texts)
+        vocab: dict[str, int] = {}
+        # A lexeme too long to keep still takes a position: it becomes -1, dropped below.
+        cache = RunCache(lambda word: -1 if word is None else vocab.setdefault(word, len(vocab)))
+        ids = array("i")
+        counts = np.zeros(self.n_rows, np.int64)
+        for row, text in enumerate(texts):
+            before = len(ids)
+            ids.extend(cache.encode(text))
+            counts[row] = len(ids) - before
+        self._vocab = vocab
+        lex = np.frombuffer(ids, dtype=np.int32)
+        row = np.repeat(np.arange(self.n_rows, dtype=np.int32), counts)
+        pos = np.arange(len(lex), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+        kept = lex >= 0
+        lex, row, pos = lex[kept], row[kept], pos[kept]
+        order = np.argsort(lex, kind="stable")
+        lex, row, pos = lex[order], row[order], np.minimum(pos[order], MAX_POSITION).astype(np.int32)
+        del order
+        # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
+        new_group = np.ones(len(lex), bool)
+        new_group[1:] = (lex[1:] != lex[:-1]) | (row[1:] != row[:-1])
+        group_start = np.flatnonzero(new_group)
+        in_group = np.arange(len(lex)) - np.repeat(group_start, np.diff(np.append(group_start, len(lex))))
+        repeated_cap = np.zeros(len(lex), bool)
+        repeated_cap[1:] = (pos[1:] == MAX_POSITION) & (pos[:-1] == MAX_POSITION) & ~new_group[1:]
+        keep = (in_group < MAX_POSITIONS) & ~repeated_cap
+        lex, new_group = lex[keep], new_group[keep]
+        self._entry_row, self._pos = row[keep], pos[keep]
+        starts = np.flatnonzero(new_group)
+        self._group_entries = np.append(starts, len(lex)).astype(np.int64)
+        self._group_row = self._entry_row[starts]
+        self._lex_groups = np.searchsorted(lex[starts], np.arange(len(vocab) + 1)).astype(np.int64)
+
+    @property
+    def vocabulary_size(self) -> int:
+        """Number of distinct lexemes."""
+        return len(self._vocab)
+
+    def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
+
+        Returns (rows as int64, ranks as float32). A query PostgreSQL rejects, or one without
+        lexemes, matches no row.
+        """
+        try:
+            query = websearch_to_tsquery(query_text)
+        except TsQueryError:
+            query = TsQuery(None)
+        if query.root is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        rows = self._rows(query.root).astype(np.int64)
+        return rows, self._ranks(query.root, rows, sorted(w for w in query.lexemes() if w in self._vocab))
+
+    # -- postings -------------------------------------------------------------------------------
+
+    def _lexeme_rows(self, word: str) -> np.ndarray:
+        lex = self._vocab.get(word)
+        if lex is None:
+            return np.zeros(0, np.int32)
+        return self._group_row[self._lex_groups[lex]:self._lex_groups[lex + 1]]
+
+    def _groups(self, lex: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Group of the lexeme in each of `rows`, and which rows have one."""
+        first, last = self._lex_groups[lex], self._lex_groups[lex + 1]
+        lex_rows = self._group_row[first:last]
+        if not len(lex_rows):
+            return np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
+        at = np.minimum(np.searchsorted(lex_rows, rows), len(lex_rows) - 1)
+        return first + at, lex_rows[at] == rows
+
+    def _entries(self, lex: int, rows: np.ndarray) -> np.ndarray:
+        """Indices of the lexeme's entries in `rows` (ascending), row by row."""
+        groups, present = self._groups(lex, rows)
+        groups = groups[present]
+        starts = self._group_entries[groups]
+        return _ranges(starts, self._group_entries[groups + 1] - starts)
+
+    # -- matching -------------------------------------------------------------------------------
+
+    def _rows(self, node: Node) -> np.ndarray:
+        """The rows matching `node`, ascending."""
+        if isinstance(node, Lexeme):
+            return self._lexeme_rows(node.value)
+        if isinstance(node, Not):
+            return np.setdiff1d(np.arange(self.n_rows, dtype=np.int32), self._rows(node.arg), assume_unique=True)
+        if isinstance(node, And):
+            return np.intersect1d(self._rows(node.left), self._rows(node.right), assume_unique=True)
+        if isinstance(node, Or):
+            return np.union1d(self._rows(node.left), self._rows(node.right))
+        # websearch_to_tsquery only builds phrases of lexemes.
+        words = [w for w, _ in phrase_offsets(node)[0]]
+        if any(w not in self._vocab for w in words):
+            return np.zeros(0, np.int32)
+        candidates = self._lexeme_rows(words[0])
+        for word in words[1:]:
+            candidates = np.intersect1d(candidates, self._lexeme_rows(word), assume_unique=True)
+        return np.unique(self._phrase_ends(node, candidates)[0] >> _POS_BITS).astype(np.int32)
+
+    def _phrase_ends(self, node: Node, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        """Keys (row << 20 | position) where the phrase ends within `rows`, and its width.
+
+        Matches end at positions of the phrase's last lexeme, so PostgreSQL's 14-bit wrap-around
+        of match positions cannot occur.
+        """
+        if isinstance(node, Lexeme):
+            entries = self._entries(self._vocab[node.value], rows)
+            return (self._entry_row[entries].astype(np.int64) << _POS_BITS) | self._pos[entries], 0
+        left, lwidth = self._phrase_ends(node.left, rows)
+        right, rwidth = self._phrase_ends(node.right, rows)
+        ends = right[np.isin(right, left + (node.distance + rwidth), assume_unique=True)]
+        return ends, node.distance + lwidth + rwidth
+
+    # -- ranking --------------------------------------------------------------------------------
+
+    def _ranks(self, root: Node, rows: np.ndarray, words: list[str]) -> np.ndarray:
+        """ts_rank_cd of each matching row; `words`: the query's lexemes found in the index, sorted."""
+        ranks = np.zeros(len(rows), np.float32)
+        if not len(rows) or not words:
+            return ranks
+        atoms = _atoms(root)
+        if len(atoms) > _MAX_ATOMS:
+            return self._ranks_one_by_one(root, rows, words)
+        truth = _truth_table(root, atoms)
+        alone = {a.value for a, bit in atoms.items() if isinstance(a, Lexeme) and truth[1 << bit]}
+        counts = np.zeros(len(rows), np.int64)
+        covered_alone = np.ones(len(rows), bool)
+        for word in words:
+            groups, present = self._groups(self._vocab[word], rows)
+            found = np.where(present, self._group_entries[groups + 1] - self._group_entries[groups], 0)
+            counts += found
+            if word not in alone:
+                covered_alone &= found == 0
+        # Where every entry is a cover of its own, the rank depends on the number of entries only.
+        ranks[covered_alone] = _single_entry_ranks(counts[covered_alone])
+        todo = ~covered_alone
+        if todo.any():
+            ranks[todo] = self._cover_ranks(rows[todo], words, atoms, truth)
+        return ranks
+
+    def _cover_ranks(self, rows: np.ndarray, words: list[str], atoms: dict[Node, int],
+                     truth: np.ndarray) -> np.ndarray:
+        """ts_rank_cd by PostgreSQL's cover search, all rows advancing one cover per step.
+
+        From a start entry s, the window s..i holds an atom iff one of its occurrences starting at
+        or after s ends by i; the cover ends at the first such i where the truth table holds. It
+        begins at the last j for which j..end still holds, and the next search starts at j + 1.
+        """
+        key = self._row_entries(rows, words)
+        erow, epos, eword = key >> 34, (key >> 20) & 0x3FFF, key & 0xFFFFF
+        number = {w: i for i, w in enumerate(words)}
+        spans = [(bit, *_occurrences(atom, key, epos, eword, number)) for atom, bit in atoms.items()]
+        stop_all = np.searchsorted(erow, rows, side="right")
+        start = np.searchsorted(erow, rows, side="left")
+        total = np.zeros(len(rows))
+        inv_sums = np.array(inverse_weight_sums(int(np.max(stop_all - start)) + 1))
+        live = np.arange(len(rows))
+        while len(live):
+            s, stop = start[live], stop_all[live]
+            # Forward: where each atom's first occurrence from s ends (or never).
+            first_end = []
+            for bit, lo, hi in spans:
+                k = np.searchsorted(lo, s)
+                end_at = hi[np.minimum(k, len(hi) - 1)] if len(hi) else np.zeros(len(s), np.int64)
+                first_end.append((bit, np.where((k < len(lo)) & (end_at < stop), end_at, -1)))
+            end = np.full(len(live), -1, np.int64)
+            # The window always holds its first entry: no cover once s is past the row's last entry.
+            for candidate in [np.where(s < stop, s, -1)] + [f for _, f in first_end]:
+                present = np.zeros(len(live), np.int64)
+                for bit, f in first_end:
+                    present |= np.where((f >= 0) & (f <= candidate), 1 << bit, 0)
+                better = (candidate >= 0) & truth[present] & ((end < 0) | (candidate < end))
+                end = np.where(better, candidate, end)
+            found = end >= 0
+            live, s, end = live[found], s[found], end[found]
+            if not len(live):
+                break
+            # Backward: where each atom's last occurrence inside s..end starts.
+            last_start = []
+            for bit, lo, hi in spans:
+                k = np.searchsorted(hi, end, side="right") - 1
+                begin_at = lo[np.maximum(k, 0)] if len(lo) else np.zeros(len(s), np.int64)
+                last_start.append((bit, np.where((k >= 0) & (begin_at >= s), begin_at, -1)))
+            begin = np.full(len(live), -1, np.int64)
+            for candidate in [end] + [g for _, g in last_start]:
+                present = np.zeros(len(live), np.int64)
+                for bit, g in last_start:
+                    present |= np.where(g >= candidate, 1 << bit, 0)
+                better = (candidate >= s) & truth[present] & (candidate > begin)
+                begin = np.where(better, candidate, begin)
+            size = end - begin + 1
+            noise = (epos[end].astype(np.int64) - epos[begin]) - (end - begin)
+            noise = np.where(noise < 0, (end - begin) // 2, noise)
+            total[live] += (size / inv_sums[size]) / (1 + noise)
+            start[live] = begin + 1
+        return total.astype(np.float32)
+
+    def _ranks_one_by_one(self, root: Node, rows: np.ndarray, words: list[str]) -> np.ndarray:
+        """ts_rank_cd row by row with the reference algorithm (for queries with very many terms)."""
+        key = self._row_entries(rows, words)
+        erow = key >> 34
+        entries = list(zip(((key >> 20) & 0x3FFF).tolist(), (words[w] for w in (key & 0xFFFFF).tolist())))
+        bounds = zip(np.searchsorted(erow, rows).tolist(), np.searchsorted(erow, rows, side="right").tolist())
+        return np.array([rank_entries(root, entries[lo:hi]) for lo, hi in bounds], np.float32)
+
+    def _row_entries(self, rows: np.ndarray, words: list[str]) -> np.ndarray:
+        """Entries of `words` in `rows` as keys (row << 34 | position << 20 | lexeme number), ascending:
+        row by row in tsvector order."""
+        parts = []
+        for number, word in enumerate(words):
+            entries = self._entries(self._vocab[word], rows)
+            parts.append((self._entry_row[entries].astype(np.int64) << 34) | (self._pos[entries].astype(np.int64) << 20)
+                         | number)
+        # Entries of one position are ordered by lexeme (code point order), as in a tsvector.
+        return np.sort(np.concatenate(parts))
+
+
+def _atoms(root: Node) -> dict[Node, int]:
+    """Lexemes outside phrases and whole phrases, numbered."""
+    out: dict[Node, int] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (Lexeme, Phrase)):
+            out.setdefault(node, len(out))
+        elif isinstance(node, Not):
+            stack.append(node.arg)
+        else:
+            stack.extend((node.right, node.left))
+    return out
+
+
+def _truth_table(root: Node, atoms: dict[Node, int]) -> np.ndarray:
+    """truth[mask]: whether the query holds when exactly the atoms in `mask` occur."""
+    masks = np.arange(1 << len(atoms), dtype=np.int64)
+
+    def holds(node: Node) -> np.ndarray:
+        if isinstance(node, (Lexeme, Phrase)):
+            return (masks >> atoms[node] & 1).astype(bool)
+        if isinstance(node, Not):
+            return ~holds(node.arg)
+        if isinstance(node, And):
+            return holds(node.left) & holds(node.right)
+        return holds(node.left) | holds(node.right)
+    return holds(root)
+
+
+def _occurrences(atom: Node, key: np.ndarray, epos: np.ndarray, eword: np.ndarray,
+                 number: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """First and last entry index of each occurrence of an atom, in entry order.
+
+    `key` is (row << 34 | position << 20 | lexeme number) per entry, ascending. Occurrences of a
+    phrase end at its last lexeme; since every part sits at a fixed offset before the end, both
+    returned arrays ascend.
+    """
+    if isinstance(atom, Lexeme):
+        at = np.flatnonzero(eword == number.get(atom.value, -1))
+        return at, at
+    shape = [(number.get(w, -1), off) for w, off in phrase_offsets(atom)[0]]
+    if any(n < 0 for n, _ in shape):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    last = next(n for n, off in shape if off == 0)
+    ends = np.flatnonzero(eword == last)
+    lo, hi, ok = ends.copy(), ends.copy(), np.ones(len(ends), bool)
+    for n, off in shape:
+        target = key[ends] - (off << 20) + (n - last)
+        at = np.minimum(np.searchsorted(key, target), len(key) - 1)
+        ok &= (key[at] == target) & (epos[ends].astype(np.int64) - off >= 1)
+        lo, hi = np.minimum(lo, at), np.maximum(hi, at)
+    return lo[ok], hi[ok]
+
+
+def _single_entry_ranks(counts: np.ndarray) -> np.ndarray:
+    """ts_rank_cd of a row whose `count` entries are each a cover: PostgreSQL's running sum."""
+    if not len(counts):
+        return np.zeros(0, np.float32)
+    sums, total, step = [0.0], 0.0, 1.0 / INV_WEIGHT
+    for _ in range(int(counts.max())):
+        total += step
+        sums.append(total)
+    return np.array(sums).astype(np.float32)[counts]
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, start + length) for each pair."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
