@@ -101,6 +101,39 @@ class EmbeddedConfig:
 
 
 @dataclass(frozen=True)
+class SeedConfig:
+    """Seeding the project over HTTP from the config's corpus (`backend.seed`)."""
+
+    project_name: str | None = None  # name of the project to create when no project_id is given
+    chunking: Chunking = Chunking()
+    allow_existing_content: bool = False
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """A running SOAT over HTTP (`backend.kind: http`); see docs/http-backend.md."""
+
+    base_url: str | None = None  # else SOAT_BASE_URL, else the profile's baseUrl
+    profile: str | None = None  # ~/.soat/config.json entry; else SOAT_PROFILE, else "default"
+    token: str | None = field(default=None, repr=False)  # else SOAT_TOKEN, else the profile's token
+    username: str | None = None  # log in instead of a token
+    password: str | None = field(default=None, repr=False)  # else SOAT_PASSWORD
+    verify_tls: bool = True
+    project_id: str | None = None
+    ids: Path | None = None  # JSON key -> id map, when the golden set names keys of a corpus seeded elsewhere
+    seed: SeedConfig | None = None
+    mode: Literal["auto", "direct", "replay"] = "auto"
+    replay_limit: int = 100
+    verify: int = 0
+    max_in_flight: int = 8
+    requests_per_second: float | None = None
+    timeout: float = 30.0
+    retries: int = 4
+    backoff: float = 0.5
+    max_consecutive_failures: int = 20
+
+
+@dataclass(frozen=True)
 class KnobSpec:
     """Values of one knob: a list, or a range (`step`, or `num` points, optionally log-spaced)."""
 
@@ -152,7 +185,7 @@ class JobConfig:
     raw: dict
     corpus: Path | None
     golden: Path
-    backend: EmbeddedConfig
+    backend: EmbeddedConfig | HttpConfig
     limit: int
     scope: Scope
     sweep: SweepConfig
@@ -285,15 +318,59 @@ def _embedded(sec: Section) -> EmbeddedConfig:
     )
     if kind != "feature-hash" and embedder.model is None:
         raise InputError(sec.file, emb.where("model"), f"is required for embedder kind {kind!r}")
-    ch = sec.section("chunking", {}).only("strategy", "chunk_size", "chunk_overlap")
+    cache = sec.get("cache_dir", str, None)
+    return EmbeddedConfig(
+        embedder=embedder, chunking=_chunking(sec.section("chunking", {})),
+        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
+        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
+    )
+
+
+def _chunking(ch: Section) -> Chunking:
+    ch.only("strategy", "chunk_size", "chunk_overlap")
     strategy = ch.choice("strategy", ("whole", "size"), "size")
     size = ch.get("chunk_size", int, 1000, lambda v: v >= 1, "must be >= 1")
     overlap = ch.get("chunk_overlap", int, 200, lambda v: 0 <= v < size, f"must be in [0, chunk_size={size})")
-    cache = sec.get("cache_dir", str, None)
-    return EmbeddedConfig(
-        embedder=embedder, chunking=Chunking(strategy, size, overlap),
-        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
-        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
+    return Chunking(strategy, size, overlap)
+
+
+def _http(sec: Section) -> HttpConfig:
+    sec.only("kind", "base_url", "profile", "token", "username", "password", "verify_tls", "project_id", "ids",
+             "seed", "mode", "replay_limit", "verify", "max_in_flight", "requests_per_second", "timeout", "retries",
+             "backoff", "max_consecutive_failures")
+    seed_value = sec.data.get("seed", False)
+    seed = None
+    if isinstance(seed_value, dict) or seed_value is True:
+        s = Section({} if seed_value is True else seed_value, sec.file, sec.where("seed"))
+        s.only("project_name", "chunking", "allow_existing_content")
+        seed = SeedConfig(s.get("project_name", str, None), _chunking(s.section("chunking", {})),
+                          s.get("allow_existing_content", bool, False))
+    elif seed_value not in (False, None):
+        raise sec.fail("seed", seed_value, "expected true, false or {project_name, chunking, allow_existing_content}")
+    base_url = sec.get("base_url", str, None, lambda v: v.startswith(("http://", "https://")),
+                       "expected an http:// or https:// URL")
+    username = sec.get("username", str, None)
+    password = sec.get("password", str, None)
+    if password is not None and username is None:
+        raise InputError(sec.file, sec.where("password"), "is only used with `username` (log in)")
+    ids = sec.get("ids", str, None)
+    if ids is not None and seed is not None:
+        raise InputError(sec.file, sec.where("ids"), "give `ids` (a corpus seeded elsewhere) or `seed`, not both")
+    rps = sec.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
+    return HttpConfig(
+        base_url=base_url.rstrip("/") if base_url else None,
+        profile=sec.get("profile", str, None), token=sec.get("token", str, None), username=username,
+        password=password, verify_tls=sec.get("verify_tls", bool, True), project_id=sec.get("project_id", str, None),
+        ids=(sec.file.parent / ids).resolve() if ids else None, seed=seed,
+        mode=sec.choice("mode", ("auto", "direct", "replay"), "auto"),
+        replay_limit=sec.get("replay_limit", int, 100, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
+        verify=sec.get("verify", int, 0, lambda v: v >= 0, "must be >= 0"),
+        max_in_flight=sec.get("max_in_flight", int, 8, lambda v: v >= 1, "must be >= 1"),
+        requests_per_second=None if rps is None else float(rps),
+        timeout=sec.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0 seconds"),
+        retries=sec.get("retries", int, 4, lambda v: v >= 0, "must be >= 0"),
+        backoff=sec.get("backoff", (int, float), 0.5, lambda v: v >= 0, "must be >= 0 seconds"),
+        max_consecutive_failures=sec.get("max_consecutive_failures", int, 20, lambda v: v >= 1, "must be >= 1"),
     )
 
 
@@ -327,7 +404,7 @@ def load_config(path: Path) -> JobConfig:
     base = path.parent
     corpus = top.get("corpus", str, None)
     backend = top.section("backend", {"kind": "embedded"})
-    kind = backend.choice("kind", ("embedded",), "embedded")
+    kind = backend.choice("kind", ("embedded", "http"), "embedded")
     search = top.section("search", {}).only(
         "limit", "tags", "include_documents", "include_memories", "memory_stores", "document_paths", "document_keys")
     sweep_value = top.data.get("sweep")
@@ -347,7 +424,7 @@ def load_config(path: Path) -> JobConfig:
         path=path.resolve(), sha256=hashlib.sha256(raw_bytes).hexdigest(), raw=data,
         corpus=(base / corpus).resolve() if corpus else None,
         golden=(base / top.get("golden", str)).resolve(),
-        backend=_embedded(backend) if kind == "embedded" else None,
+        backend=_embedded(backend) if kind == "embedded" else _http(backend),
         limit=search.get("limit", int, 10, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
         scope=_scope(search),
         sweep=_sweep(sweep_value, path),

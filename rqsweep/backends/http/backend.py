@@ -1,0 +1,171 @@
+"""The HTTP backend: a running SOAT as the source of rankings, in direct or replay mode."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import polars as pl
+
+from rqsweep.backends.http.auth import resolve_target
+from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.direct import Outcome, Searcher
+from rqsweep.backends.http.mapping import PreparedQuery, SearchScope
+from rqsweep.backends.http.probe import ServerProfile, probe
+from rqsweep.backends.http.replay import Replay
+from rqsweep.backends.http.seed import SEED_FILE, IdMap, listing, seed_corpus
+from rqsweep.config import HttpConfig, JobConfig
+from rqsweep.corpus import Corpus
+from rqsweep.engine.scope import Scope
+from rqsweep.errors import BackendError, InputError
+from rqsweep.golden import GoldenSet
+from rqsweep.knobs import Knobs
+from rqsweep.results import QUERY_SCHEMA
+from rqsweep.space import setting_id
+
+Log = Callable[[str], None]
+_DEFAULTS = Knobs()  # SOAT's defaults: what a server that refuses a knob does instead
+
+
+class HttpBackend:
+    """Evaluates settings on a SOAT server; `tie_sensitive` is null (storage order is the server's own)."""
+
+    def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], replay: Replay | None,
+                 profile: ServerProfile, log: Log):
+        self.searcher, self.queries, self.replay, self.profile, self.log = searcher, queries, replay, profile, log
+        self.name = "http-replay" if replay else "http-direct"
+
+    def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
+        for s in settings:
+            check_knobs(self.profile, s, self.searcher.client.base_url)
+        by_id: dict[tuple[int, str], Outcome] = self.replay.outcomes(settings) if self.replay else {}
+        direct_queries = self.replay.fallback if self.replay else self.queries
+        for (s, q), outcome in self.searcher.direct(settings, direct_queries).items():
+            by_id[(s, direct_queries[q].id)] = outcome
+        rows = [(setting_id(k), q, by_id[(s, q.id)]) for s, k in enumerate(settings) for q in self.queries]
+        return pl.DataFrame({
+            "setting_id": [sid for sid, _, _ in rows],
+            "query_id": [q.id for _, q, _ in rows],
+            "slice": [q.slice for _, q, _ in rows],
+            "rank": [o.rank for _, _, o in rows],
+            "recall_at_5": [o.recall_at_5 for _, _, o in rows],
+            "recall_at_10": [o.recall_at_10 for _, _, o in rows],
+            "error": [o.error for _, _, o in rows],
+            "tie_sensitive": [None] * len(rows),
+        }, schema=QUERY_SCHEMA)
+
+    def close(self) -> None:
+        stats = self.searcher.client.stats
+        self.log(f"http: {stats.requests} requests, {stats.retries} retries, {stats.failures} failed for good")
+        self.searcher.client.close()
+
+
+def _refused(profile: ServerProfile, knob: str, use: str, url: str) -> BackendError:
+    return BackendError(f"SOAT at {url} does not accept `{knob}` (it answered: {profile.rejected[knob]}), but "
+                        f"this sweep {use}: sweep only the knobs it accepts "
+                        f"({', '.join(sorted(profile.dialect.knobs)) or 'none'}) with {knob} at SOAT's default "
+                        f"{getattr(_DEFAULTS, knob)!r}, or upgrade the server")
+
+
+def check_knobs(profile: ServerProfile, knobs: Knobs, url: str) -> None:
+    """A knob the server refuses can only sit at SOAT's default (the request then leaves it out)."""
+    for knob in profile.rejected:
+        if getattr(knobs, knob) != getattr(_DEFAULTS, knob):
+            raise _refused(profile, knob, f"sets {knob} = {getattr(knobs, knob)!r}", url)
+
+
+def _id_map(http: HttpConfig, config: JobConfig, corpus: Corpus | None, client: SoatClient, run_dir: Path | None,
+            log: Log) -> IdMap:
+    if http.ids is not None:
+        return IdMap.load(http.ids)
+    if http.seed is None:
+        return IdMap()
+    saved = run_dir / SEED_FILE if run_dir else None
+    if saved is not None and saved.exists():
+        log(f"seed: reusing {saved} (this run seeded its project already)")
+        return IdMap.load(saved)
+    if corpus is None:
+        raise InputError(config.path, "backend.seed", "seeding needs a corpus (`corpus:` or SOAT's golden.json)")
+    ids = seed_corpus(client, corpus, http.seed, http.project_id, config.name, log)
+    if saved is not None:
+        ids.save(saved)
+    return ids
+
+
+def _queries(golden: GoldenSet, ids: IdMap, source: Path | None) -> list[PreparedQuery]:
+    out = []
+    for q in golden.queries:
+        expected = []
+        for e in q.expected:
+            table = ids.documents if e.source_type == "document" else ids.memories
+            if source is not None and e.key not in table:
+                raise InputError(source, f"{e.source_type}s", f"no id for key {e.key!r} (query {q.id!r})")
+            expected.append((e.source_type, table.get(e.key, e.key)))
+        out.append(PreparedQuery(q.id, q.slice, q.query, tuple(expected)))
+    return out
+
+
+def _scope(scope: Scope, ids: IdMap, project_id: str | None) -> SearchScope:
+    return SearchScope(
+        project_id, dict(scope.tags),
+        None if scope.memory_stores is None else tuple(ids.memory_store(n) for n in scope.memory_stores),
+        scope.document_paths,
+        None if scope.document_keys is None else tuple(ids.document(k) for k in scope.document_keys),
+        scope.include_documents, scope.include_memories,
+    )
+
+
+def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None) -> tuple[str, ...]:
+    """All memory stores of the project: older servers search memories only when they are named."""
+    if ids.memory_stores:
+        return tuple(ids.memory_stores.values())
+    try:
+        listed = listing(client.request("GET", "/api/v1/memory-stores", params={"project_id": project_id}).body)
+    except RequestFailed as exc:
+        raise BackendError(f"this SOAT searches memories only when memory stores are named, and listing them "
+                           f"failed ({exc}): set search.memory_stores") from None
+    return tuple(s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), str))
+
+
+def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, run_dir: Path | None,
+                       log: Log) -> HttpBackend:
+    """Connect, seed or map ids, probe the server, and (in replay mode) fetch every query once."""
+    http = config.backend
+    assert isinstance(http, HttpConfig)
+    if http.mode != "direct" and http.replay_limit < config.limit:
+        raise InputError(config.path, "backend.replay_limit",
+                         f"{http.replay_limit!r}: must be >= search.limit ({config.limit})")
+    target = resolve_target(http)
+    client = SoatClient(target, max_in_flight=http.max_in_flight, requests_per_second=http.requests_per_second,
+                        timeout=http.timeout, retries=http.retries, backoff=http.backoff,
+                        max_consecutive_failures=http.max_consecutive_failures, verify_tls=http.verify_tls)
+    try:
+        client.connect()
+        ids = _id_map(http, config, corpus, client, run_dir, log)
+        queries = _queries(golden, ids, http.ids)
+        scope = _scope(config.scope, ids, http.project_id or ids.project_id)
+        profile = probe(client, queries[0].text, scope)
+        log(f"SOAT at {target.base_url}: {profile.describe()}")
+        for knob in profile.rejected:
+            if knob in config.sweep.knobs:
+                raise _refused(profile, knob, f"varies {knob}", target.base_url)
+        check_knobs(profile, config.baseline, target.base_url)
+        if not profile.dialect.include_flags and not (scope.include_documents and scope.include_memories):
+            raise BackendError(f"SOAT at {target.base_url} does not accept include_documents / include_memories: "
+                               "search.include_* = false cannot be honoured on this server")
+        if profile.memory_filter_required and scope.include_memories and scope.memory_store_ids is None:
+            scope = replace(scope, memory_store_ids=_memory_store_ids(client, ids, scope.project_id))
+        if http.mode == "replay" and profile.replay_missing:
+            raise BackendError(f"backend.mode is replay, but SOAT at {target.base_url} cannot be replayed: "
+                               f"{profile.replay_missing}; use mode direct (or auto)")
+        searcher = Searcher(client, config.limit, scope, profile.dialect)
+        replay = None
+        if http.mode == "replay" or (http.mode == "auto" and profile.replay_missing is None):
+            stores = [s for s, on in (("document", scope.include_documents), ("memory", scope.include_memories))
+                      if on]
+            replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log)
+        return HttpBackend(searcher, queries, replay, profile, log)
+    except BaseException:
+        client.close()
+        raise

@@ -1,0 +1,247 @@
+"""One shared HTTP client for a SOAT deployment: keep-alive, bounded concurrency, pacing, retries.
+
+Retries (exponential backoff with jitter) cover what is transient: connection errors, timeouts, a dropped
+connection, 429 (after at least its Retry-After) and 5xx. Other 4xx are answers, never retried. A request
+that still fails raises `RequestFailed`, which the caller records against its (setting, query). What
+cannot be a per-search accident stops the run with `BackendError`: credentials rejected, or
+`max_consecutive_failures` requests failing in a row (the server is gone: resume the run later).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Callable, Iterable, TypeVar
+
+import httpx
+
+from rqsweep.backends.http.auth import Session, Target
+from rqsweep.errors import BackendError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_MAX_DELAY = 60.0  # seconds: cap on one backoff or Retry-After wait
+# Connection-level failures where the request surely never reached the server: safe to retry a write.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# SOAT answers this 503 when no embedding provider is configured: retrying cannot help.
+_PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful answer: status, parsed JSON body, and the server's clock from its Date header."""
+
+    status: int
+    body: object
+    server_time_ms: int | None
+
+
+class RequestFailed(Exception):
+    """A request that failed for good: an HTTP error answer, or transient failures past the retries."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None, meta: object = None):
+        super().__init__(message)
+        self.status, self.code, self.meta = status, code, meta
+
+
+@dataclass
+class Stats:
+    """What the client did, for logs and benchmarks."""
+
+    requests: int = 0  # HTTP exchanges attempted, retries included
+    retries: int = 0
+    failures: int = 0  # requests that failed for good
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A Retry-After header (delta-seconds or an HTTP date) in seconds from now, or None if absent/unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+def _server_time_ms(response: httpx.Response) -> int | None:
+    try:
+        return round(parsedate_to_datetime(response.headers["date"]).timestamp() * 1000)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _error_of(response: httpx.Response) -> RequestFailed:
+    """SOAT's error body `{"error": {"code", "message", "meta"?}}` as an exception; anything else described."""
+    try:
+        error = response.json().get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        code, message = error.get("code"), error.get("message")
+        return RequestFailed(f"HTTP {response.status_code} {code}: {message}", response.status_code,
+                             code if isinstance(code, str) else None, error.get("meta"))
+    kind = response.headers.get("content-type", "no content type")
+    return RequestFailed(f"HTTP {response.status_code} without SOAT's error body ({kind})", response.status_code)
+
+
+class SoatClient:
+    """Thread-safe client: `request` from any thread, `map` to run many requests `max_in_flight` at a time."""
+
+    def __init__(self, target: Target, *, max_in_flight: int = 8, requests_per_second: float | None = None,
+                 timeout: float = 30.0, retries: int = 4, backoff: float = 0.5, max_consecutive_failures: int = 20,
+                 verify_tls: bool = True):
+        self.base_url = target.base_url
+        self.session = Session(target)
+        self.retries, self.backoff = retries, backoff
+        self.max_consecutive_failures = max_consecutive_failures
+        self.max_in_flight = max_in_flight
+        self.stats = Stats()
+        self.http = httpx.Client(
+            base_url=target.base_url, timeout=timeout, verify=verify_tls,
+            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
+        )
+        self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="soat-http")
+        self._interval = 1.0 / requests_per_second if requests_per_second else 0.0
+        self._next_slot = 0.0
+        self._pace_lock = threading.Lock()
+        self._failure_lock = threading.Lock()
+        self._consecutive_failures = 0
+        self._stopped: str | None = None
+        self._jitter = random.Random()
+
+    def connect(self) -> None:
+        """First contact: log in when configured. Fails fast (no retries) when the server is unreachable."""
+        if not self.session.can_login:
+            return
+
+        def post(path: str, body: dict) -> object:
+            try:
+                return self.request("POST", path, body, authenticated=False, fail_fast=True).body
+            except RequestFailed as exc:
+                raise BackendError(f"SOAT at {self.base_url} refused the login as "
+                                   f"{self.session.target.username!r}: {exc}") from None
+
+        self.session.login(post)
+
+    def request(self, method: str, path: str, body: object = None, *, params: dict | None = None,
+                idempotent: bool = True, authenticated: bool = True, fail_fast: bool = False) -> Reply:
+        """One API call with SOAT's error handling; see the module docstring for what is retried.
+
+        `idempotent=False` (writes) retries only failures where the request was surely not processed:
+        connection refused or timed out before sending, and 429. `fail_fast` (first contact) turns a
+        connection failure into an immediate `BackendError`.
+        """
+        relogged = False
+        attempt = 0
+        while True:
+            if self._stopped:
+                raise BackendError(self._stopped)
+            self._pace()
+            self.stats.add(requests=1)
+            headers = self.session.headers() if authenticated else {}
+            try:
+                response = self.http.request(method, path, json=body, params=params, headers=headers)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                if fail_fast:
+                    raise BackendError(f"cannot reach SOAT at {self.base_url} ({problem})") from None
+                retryable = idempotent or isinstance(exc, _NOT_SENT)
+                failure, delay = RequestFailed(problem), self._backoff(attempt)
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    try:
+                        payload = response.json()
+                    except ValueError:
+                        failure, retryable, delay = RequestFailed(f"HTTP {status} answer is not JSON"), False, 0.0
+                    else:
+                        self._succeeded()
+                        return Reply(status, payload, _server_time_ms(response))
+                else:
+                    failure = _error_of(response)
+                    if status == 401 and authenticated and self.session.can_login and not relogged:
+                        relogged = True
+                        self.connect()  # the login token expired: log in again, once
+                        continue
+                    if status in (401, 403) and authenticated:
+                        raise BackendError(f"SOAT at {self.base_url} rejected the credentials on {path}: "
+                                           f"{failure}") from None
+                    retryable = status == 429 or (status >= 500 and idempotent
+                                                  and failure.code not in _PERMANENT_5XX_CODES)
+                    delay = self._backoff(attempt)
+                    if status == 429:
+                        delay = max(delay, min(_MAX_DELAY, retry_after_seconds(response.headers.get("retry-after"))
+                                               or 0.0))
+            if not retryable or attempt >= self.retries:
+                self._failed(failure, path)
+                if attempt:
+                    raise RequestFailed(f"{failure} (after {attempt + 1} attempts)", failure.status, failure.code,
+                                        failure.meta)
+                raise failure
+            attempt += 1
+            self.stats.add(retries=1)
+            time.sleep(delay)
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`fn` over `items`, `max_in_flight` at a time, results in order; the first `BackendError` stops all."""
+        futures: list[Future] = [self._pool.submit(fn, item) for item in items]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            if future.exception() is not None:
+                for other in pending:
+                    other.cancel()
+                raise future.exception()
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.http.close()
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential backoff with equal jitter: half the step fixed, half random, so retries spread out."""
+        step = min(_MAX_DELAY, self.backoff * 2**attempt)
+        return step / 2 + self._jitter.uniform(0, step / 2)
+
+    def _pace(self) -> None:
+        if not self._interval:
+            return
+        with self._pace_lock:
+            now = time.monotonic()
+            slot = max(now, self._next_slot)
+            self._next_slot = slot + self._interval
+        if slot > now:
+            time.sleep(slot - now)
+
+    def _succeeded(self) -> None:
+        with self._failure_lock:
+            self._consecutive_failures = 0
+
+    def _failed(self, failure: RequestFailed, path: str) -> None:
+        self.stats.add(failures=1)
+        with self._failure_lock:
+            self._consecutive_failures += 1
+            if self._consecutive_failures >= self.max_consecutive_failures and not self._stopped:
+                self._stopped = (f"{self._consecutive_failures} requests to SOAT at {self.base_url} failed in a row "
+                                 f"(last: {path}: {failure}); stopping: finished settings are kept, continue "
+                                 "with --resume RUN_DIR once the server is back")
+        if self._stopped:
+            raise BackendError(self._stopped)

@@ -1,0 +1,121 @@
+"""Which knobs and field names a SOAT server accepts, found with a handful of requests before the sweep.
+
+Releases before the hybrid ranking reject unknown request fields with 400 `VALIDATION_FAILED`, listing
+them in `error.meta.unknownFields`; they call the floor `min_score`, the memory-store filter `memory_ids`
+and a result's memory `entry_id`, return no `signals`, and search memories only when a memory filter is
+given. The probe sends one full modern request, renames or drops what the server rejects, and tries again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, SearchScope, search_body
+from rqsweep.errors import BackendError
+from rqsweep.knobs import Knobs
+
+# Modern name -> the older release's name, for fields that were renamed rather than added.
+_RENAMED = {"min_similarity": "min_score", "memory_store_ids": "memory_ids"}
+_INCLUDE_FLAGS = ("include_documents", "include_memories")
+_MAX_PROBES = 4
+# What replay reads from every result, beyond the ids.
+REPLAY_FIELDS = ("signals", "similarity_score", "updated_at")
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    """What the probe learnt: names to use, knobs the server refused (with its answer), replay support."""
+
+    dialect: Dialect
+    rejected: dict[str, str] = field(default_factory=dict)  # knob -> the server's answer
+    replay_missing: str | None = None  # why replay is impossible on this server, or None
+    memory_filter_required: bool = False
+
+    def describe(self) -> str:
+        names = [] if self.dialect == Dialect() else [
+            f"{a} as {b}" for a, b in (("min_similarity", self.dialect.min_similarity),
+                                       ("memory_store_ids", self.dialect.memory_store_ids),
+                                       ("memory_id", self.dialect.memory_id)) if a != b]
+        parts = [f"knobs accepted: {', '.join(sorted(self.dialect.knobs)) or 'none'}"]
+        if names:
+            parts.append("older field names: " + ", ".join(names))
+        parts.append("replay possible" if self.replay_missing is None else f"no replay ({self.replay_missing})")
+        return "; ".join(parts)
+
+
+def _unknown_fields(exc: RequestFailed) -> list[str] | None:
+    if exc.status != 400 or exc.code != "VALIDATION_FAILED":
+        return None
+    fields = exc.meta.get("unknownFields") if isinstance(exc.meta, dict) else None
+    if isinstance(fields, list) and all(isinstance(f, str) for f in fields):
+        return fields
+    match = re.search(r"Unknown field\(s\):\s*(.+)$", str(exc))
+    return [f.strip() for f in match.group(1).split(",")] if match else None
+
+
+def _adapt(body: dict, dialect: Dialect, rejected: dict[str, str], unknown: list[str],
+           answer: str, url: str) -> Dialect:
+    """Rename or drop each field the server called unknown; anything else cannot be worked around."""
+    for name in unknown:
+        value = body.pop(name, None)
+        modern = next((m for m, old in _RENAMED.items() if old == name), name)
+        if name in _RENAMED and getattr(dialect, name) == name:
+            body[_RENAMED[name]] = value
+            dialect = replace(dialect, **{name: _RENAMED[name]})
+        elif modern in ("rrf_k", "recency_half_life_days", "min_similarity"):
+            rejected[modern] = answer
+            dialect = replace(dialect, knobs=dialect.knobs - {modern})
+        elif name in _INCLUDE_FLAGS:
+            for flag in _INCLUDE_FLAGS:
+                body.pop(flag, None)
+            dialect = replace(dialect, include_flags=False)
+        else:
+            raise BackendError(f"SOAT at {url} rejects the search field `{name}` ({answer}); rqsweep cannot "
+                               "search without it")
+    return dialect
+
+
+def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
+    """Send one full search (then adapted ones) and report what the server takes; fail fast otherwise."""
+    dialect, rejected = Dialect(), {}
+    body = search_body(query, Knobs(min_similarity=0.0), 5, scope, dialect)
+    for _ in range(_MAX_PROBES):
+        try:
+            reply = client.request("POST", SEARCH_PATH, body, fail_fast=True)
+            break
+        except RequestFailed as exc:
+            unknown = _unknown_fields(exc)
+            if not unknown:
+                raise BackendError(f"probe search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+            dialect = _adapt(body, dialect, rejected, unknown, str(exc), client.base_url)
+    else:
+        raise BackendError(f"SOAT at {client.base_url} kept rejecting the probe search's fields")
+    older = dialect != Dialect()
+    if older and dialect.memory_store_ids not in body:
+        # The probe had no memory filter to send; an older release calls it memory_ids.
+        dialect = replace(dialect, memory_store_ids=_RENAMED["memory_store_ids"])
+    results = reply.body.get("results") if isinstance(reply.body, dict) else None
+    if not isinstance(results, list):
+        raise BackendError(f"SOAT at {client.base_url}: the probe search's answer is not {{\"results\": [...]}}; "
+                           "is base_url a SOAT server?")
+    memories = [r for r in results if isinstance(r, dict) and r.get("source_type") == "memory"]
+    if older or any("entry_id" in r for r in memories):
+        dialect = replace(dialect, memory_id="entry_id")
+    missing = _replay_missing(results)
+    return ServerProfile(dialect, rejected, missing, memory_filter_required=older)
+
+
+def _replay_missing(results: list) -> str | None:
+    if not results:
+        return "the probe query found nothing, so no result showed its fields"
+    for i, row in enumerate(results):
+        if not isinstance(row, dict):
+            return f"results[{i}] is not an object"
+        absent = [f for f in REPLAY_FIELDS if f not in row]
+        if row.get("source_type") == "document" and "chunk_id" not in row:
+            absent.append("chunk_id")
+        if absent:
+            return f"results carry no {', '.join(absent)}"
+    return None

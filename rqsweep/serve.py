@@ -1,0 +1,491 @@
+"""`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
+
+Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
+search with `signals`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and status codes.
+Knob values the server cannot use fall back to the defaults silently, as SOAT's do. For tests and demos:
+seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), an emulation of
+older SOAT releases (`--old-server`), a frozen clock, and `--die-after N` searches.
+
+The stdlib's ThreadingHTTPServer is enough here: the work per request is the engine's, not the server's,
+and it keeps the test suite free of another dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import secrets
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import formatdate
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qs, urlsplit
+
+from rqsweep.config import EmbeddedConfig, load_config
+from rqsweep.corpus import Chunking, load_corpus
+from rqsweep.engine.index import clamp_limit
+from rqsweep.errors import RqsweepError
+from rqsweep.knobs import DEFAULT_RRF_K, Knobs
+from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
+
+SEARCH_PATH = "/api/v1/knowledge/search"
+MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "recency_half_life_days", "tags",
+                 "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
+# Releases before the hybrid ranking: no rrf_k, recency or include flags; older names for the rest.
+OLD_FIELDS = {"project_id", "query", "limit", "min_score", "tags", "memory_ids", "document_paths", "document_ids"}
+FAULT_KINDS = ("500", "429", "slow", "drop")
+
+
+class ApiError(Exception):
+    """An answer in SOAT's error shape."""
+
+    def __init__(self, status: int, code: str, message: str, meta: dict | None = None):
+        super().__init__(message)
+        self.status, self.code, self.meta = status, code, meta
+
+    def body(self) -> dict:
+        error = {"code": self.code, "message": str(self)}
+        if self.meta is not None:
+            error["meta"] = self.meta
+        return {"error": error}
+
+
+def _invalid(message: str, **meta) -> ApiError:
+    return ApiError(400, "VALIDATION_FAILED", message, meta or None)
+
+
+@dataclass
+class Faults:
+    """A seeded share of requests answered badly; `routes` limits them to the search route by default."""
+
+    rate: float = 0.0
+    kinds: tuple[str, ...] = FAULT_KINDS
+    seed: int = 0
+    retry_after: int = 1
+    slow_seconds: float = 2.0
+    all_routes: bool = False
+    _rng: random.Random = field(init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def draw(self, path: str) -> str | None:
+        if self.rate <= 0 or not (self.all_routes or path == SEARCH_PATH):
+            return None
+        with self._lock:
+            return self._rng.choice(self.kinds) if self._rng.random() < self.rate else None
+
+
+@dataclass
+class Accounts:
+    """Who may call: one admin login, and optional `sk_` API keys (each maybe confined to one project)."""
+
+    username: str = "admin"
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(12), repr=False)
+    api_keys: dict[str, str | None] = field(default_factory=dict, repr=False)  # key -> project id or None
+    _sessions: set[str] = field(default_factory=set, repr=False)
+
+    def login(self, username: object, password: object) -> str:
+        if username != self.username or not secrets.compare_digest(str(password), self.password):
+            raise ApiError(401, "UNAUTHORIZED", "invalid username or password")
+        token = "tok_" + secrets.token_urlsafe(24)
+        self._sessions.add(token)
+        return token
+
+    def caller(self, header: str | None) -> tuple[bool, str | None]:
+        """(is admin, confining project) for an Authorization header; 401 otherwise."""
+        token = header[7:] if header and header.startswith("Bearer ") else None
+        if token in self._sessions:
+            return True, None
+        if token is not None and token in self.api_keys:
+            return False, self.api_keys[token]
+        raise ApiError(401, "UNAUTHORIZED", "missing or invalid bearer token")
+
+
+def _knobs(body: dict, old: bool) -> Knobs:
+    """SOAT's knob parsing: a value it cannot use silently becomes the default."""
+    def number(name: str) -> float | None:
+        v = body.get(name)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    default_k = _env_number("KNOWLEDGE_RRF_K", DEFAULT_RRF_K, lambda v: v >= 1 and v == int(v))
+    default_h = _env_number("KNOWLEDGE_RECENCY_HALF_LIFE_DAYS", 0.0, lambda v: v >= 0)
+    if old:
+        floor = number("min_score")
+        return Knobs(int(default_k), floor if floor is not None and 0 <= floor <= 1 else None, default_h)
+    k, floor, h = number("rrf_k"), number("min_similarity"), number("recency_half_life_days")
+    return Knobs(int(k) if k is not None and k >= 1 and k == int(k) else int(default_k),
+                 floor if floor is not None and 0 <= floor <= 1 else None,
+                 h if h is not None and h >= 0 else default_h)
+
+
+def _env_number(name: str, default: float, valid: Callable[[float], bool]) -> float:
+    try:
+        value = float(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+    return value if math.isfinite(value) and valid(value) else default
+
+
+def _strings(body: dict, name: str) -> list[str] | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _invalid(f"{name} must be an array of strings")
+    return value
+
+
+def _tags(body: dict) -> dict[str, str]:
+    tags = body.get("tags")
+    if tags is None:
+        return {}
+    if not isinstance(tags, dict) or not all(isinstance(v, str) for v in tags.values()):
+        raise _invalid("tags must be an object of string values")
+    return tags
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class SoatServer:
+    """The store behind an HTTP server; `start`/`stop` it, possibly several times on the same port."""
+
+    def __init__(self, store: SoatStore, accounts: Accounts, *, old_server: bool = False, faults: Faults | None = None,
+                 die_after: int | None = None):
+        self.store, self.accounts, self.old_server = store, accounts, old_server
+        self.faults = faults or Faults()
+        self.die_after = die_after
+        self.searches = 0
+        self.dead = False
+        self._http: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        assert self._http is not None
+        host, port = self._http.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen (port 0: any free port) and serve in a background thread; returns the base URL."""
+        self.dead = False
+        self._http = ThreadingHTTPServer((host, port), _handler(self))
+        self._http.daemon_threads = True
+        self._thread = threading.Thread(target=self._http.serve_forever, name="rqsweep-serve", daemon=True)
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop as a killed server would: refuse new connections, drop requests on kept-alive ones."""
+        self.dead = True
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+
+    # --- routes -------------------------------------------------------------------------------------
+
+    def handle(self, method: str, path: str, query: dict[str, list[str]], body: object,
+               authorization: str | None) -> tuple[int, object]:
+        if (method, path) == ("POST", "/api/v1/users/login"):
+            body = self._object(body)
+            token = self.accounts.login(body.get("username"), body.get("password"))
+            return 200, {"id": "usr_000001", "username": self.accounts.username, "role": "admin", "token": token}
+        admin, confined = self.accounts.caller(authorization)
+        routes = {
+            ("POST", "/api/v1/projects"): self._create_project,
+            ("POST", "/api/v1/documents"): self._create_document,
+            ("GET", "/api/v1/documents"): self._list_documents,
+            ("POST", "/api/v1/memory-stores"): self._create_memory_store,
+            ("GET", "/api/v1/memory-stores"): self._list_memory_stores,
+            ("POST", "/api/v1/memories"): self._create_memory,
+            ("POST", SEARCH_PATH): self._search,
+        }
+        route = routes.get((method, path))
+        if route is None:
+            raise ApiError(404, "NOT_FOUND", f"no route {method} {path}")
+        if method == "GET":
+            body = {k: v[0] for k, v in query.items()}
+        return route(self._object(body), admin, confined)
+
+    @staticmethod
+    def _object(body: object) -> dict:
+        if not isinstance(body, dict):
+            raise _invalid("the request body must be a JSON object")
+        return body
+
+    def _project(self, body: dict, confined: str | None, required: bool = True) -> str | None:
+        project_id = body.get("project_id")
+        if project_id is None and not required:
+            return confined
+        if not isinstance(project_id, str) or project_id not in self.store.projects:
+            raise _invalid(f"project_id {project_id!r} does not name a project")
+        if confined is not None and project_id != confined:
+            raise ApiError(403, "API_KEY_PROJECT_SCOPE", "this API key is confined to another project")
+        return project_id
+
+    def _create_project(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        if not admin:
+            raise ApiError(403, "FORBIDDEN", "creating a project needs an admin")
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise _invalid("name is required")
+        return 201, {"id": self.store.create_project(name), "name": name}
+
+    def _create_document(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        project_id = self._project(body, confined)
+        content = body.get("content")
+        if not isinstance(content, str) or not content:
+            raise _invalid("content is required")
+        strategy = body.get("chunk_strategy", "whole")
+        if strategy not in ("whole", "size"):
+            raise _invalid(f"chunk_strategy {strategy!r} is not supported here (whole, size)")
+        size, overlap = body.get("chunk_size", 1000), body.get("chunk_overlap", 200)
+        if not (isinstance(size, int) and isinstance(overlap, int) and 0 <= overlap < size):
+            raise _invalid("chunk_size and chunk_overlap must be integers with 0 <= chunk_overlap < chunk_size")
+        doc = self.store.create_document(project_id, content, str(body.get("path") or ""), str(body.get("title") or ""),
+                                         _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap))
+        return 201, {"id": doc.id, "project_id": project_id, "path": doc.path, "title": doc.title, "tags": doc.tags,
+                     "chunks": len(doc.chunks), "created_at": _iso(doc.created_at)}
+
+    def _list_documents(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        docs = self.store.project_documents(self._project(body, confined))
+        return 200, {"data": [{"id": d.id, "path": d.path, "title": d.title} for d in docs]}
+
+    def _create_memory_store(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        project_id = self._project(body, confined)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise _invalid("name is required")
+        thresholds = {k: body[k] for k in ("duplicate_threshold", "supersede_threshold")
+                      if isinstance(body.get(k), (int, float))}
+        store = self.store.create_memory_store(project_id, name, _tags(body), **thresholds)
+        return 201, {"id": store.id, "project_id": project_id, "name": name}
+
+    def _list_memory_stores(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        stores = self.store.project_stores(self._project(body, confined))
+        return 200, {"data": [{"id": s.id, "name": s.name} for s in stores]}
+
+    def _create_memory(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        store = self.store.stores.get(body.get("memory_store_id"))
+        if store is None:
+            raise _invalid("memory_store_id does not name a memory store")
+        self._project({"project_id": store.project_id}, confined)
+        content = body.get("content")
+        if not isinstance(content, str) or not content:
+            raise _invalid("content is required")
+        action, memory = self.store.create_memory(store.id, content, _tags(body))
+        return (201 if action == "created" else 200), {"id": memory.id, "action": action,
+                                                        "memory_store_id": store.id}
+
+    def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        allowed = OLD_FIELDS if self.old_server else MODERN_FIELDS
+        unknown = sorted(set(body) - allowed)
+        if unknown:
+            raise _invalid(f"Unknown field(s): {', '.join(unknown)}", unknownFields=unknown)
+        query = body.get("query")
+        if query is not None and not isinstance(query, str):
+            raise _invalid("query must be a string")
+        stores = _strings(body, "memory_ids" if self.old_server else "memory_store_ids")
+        filters = Filters(_tags(body), stores, _strings(body, "document_paths"), _strings(body, "document_ids"))
+        for flag in ("include_documents", "include_memories"):
+            if not isinstance(body.get(flag, True), bool):
+                raise _invalid(f"{flag} must be a boolean")
+            setattr(filters, flag, body.get(flag, True))
+        if not (filters.include_documents or filters.include_memories):
+            raise _invalid("include_documents and include_memories cannot both be false")
+        if self.old_server:
+            filters.include_memories = stores is not None  # older releases search memories only when named
+        if not (query or filters.tags or stores or filters.document_paths or filters.document_ids):
+            raise _invalid("give a query, tags, memory stores, document paths or document ids")
+        project_id = self._project(body, confined, required=False)
+        found = self.store.search(project_id, query or "", _knobs(body, self.old_server),
+                                  clamp_limit(body.get("limit")), filters)
+        return 200, {"results": [self._result(f) for f in found]}
+
+    def _result(self, f: Found) -> dict:
+        r = f.result
+        out = {"source_type": r.source_type, "content": r.content, "score": r.score,
+               "similarity_score": r.similarity_score if math.isfinite(r.similarity_score) else None}
+        if not self.old_server:
+            out["signals"] = r.signals
+        if f.document is not None:
+            d = f.document
+            out |= {"document_id": d.id, "chunk_id": f.chunk_id, "path": d.path, "title": d.title, "tags": d.tags,
+                    "metadata": d.metadata, "created_at": _iso(d.created_at), "updated_at": _iso(d.created_at)}
+        else:
+            m, s = f.memory, f.store
+            ids = {"entry_id": m.id, "memory_id": s.id} if self.old_server else {"memory_id": m.id,
+                                                                                  "memory_store_id": s.id}
+            out |= ids | {"memory_store_name": s.name, "tags": m.tags, "created_at": _iso(m.created_at),
+                          "updated_at": _iso(m.updated_at)}
+        return out
+
+    def count_search(self) -> bool:
+        """Count a search; False once the server should be dead (`die_after`)."""
+        with self._lock:
+            self.searches += 1
+            if self.die_after is not None and self.searches > self.die_after and not self.dead:
+                self.dead = True
+                threading.Thread(target=self.stop, daemon=True).start()
+            return not self.dead
+
+
+def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive
+        disable_nagle_algorithm = True  # headers and body go out in two writes: Nagle would hold the second
+
+        def log_message(self, format: str, *args: object) -> None:  # requests are not logged
+            pass
+
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            # The Date header tells clients the server's clock (replay reads memory ages against it).
+            return formatdate(server.store.clock().timestamp(), usegmt=True)
+
+        def _drop(self) -> None:
+            self.close_connection = True
+
+        def _answer(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def _serve(self, method: str) -> None:
+            url = urlsplit(self.path)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if server.dead or (url.path == SEARCH_PATH and not server.count_search()):
+                return self._drop()
+            fault = server.faults.draw(url.path)
+            if fault == "drop":
+                return self._drop()
+            if fault == "500":
+                return self._answer(500, ApiError(500, "INTERNAL_ERROR", "injected fault").body())
+            if fault == "429":
+                return self._answer(429, {"error": {"code": "RATE_LIMITED", "message": "injected fault"}},
+                                    {"Retry-After": str(server.faults.retry_after)})
+            if fault == "slow":
+                time.sleep(server.faults.slow_seconds)
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError:
+                return self._answer(400, _invalid("the request body is not valid JSON").body())
+            try:
+                status, payload = server.handle(method, url.path, parse_qs(url.query), body,
+                                                self.headers.get("Authorization"))
+            except ApiError as exc:
+                return self._answer(exc.status, exc.body())
+            except Exception as exc:  # noqa: BLE001 - a server answers 500, as SOAT would, and keeps serving
+                return self._answer(500, ApiError(500, "INTERNAL_ERROR", type(exc).__name__).body())
+            self._answer(status, payload)
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+    return Handler
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rqsweep serve", description=(
+        "Serve the embedded engine over SOAT's HTTP API (login, projects, documents, memory stores, memories, "
+        "knowledge search), for tests and demos. Loopback only unless --host says otherwise."))
+    p.add_argument("config", type=Path, help="job config: its embedded backend settings (embedder, tie order) "
+                   "and, with --preload, its corpus")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
+    p.add_argument("--username", default="admin", help="the admin login (default admin)")
+    p.add_argument("--password-env", default="RQSWEEP_SERVE_PASSWORD",
+                   help="environment variable holding the admin password (unset: a random one is printed)")
+    p.add_argument("--api-key-env", help="environment variable holding an accepted sk_ API key")
+    p.add_argument("--preload", type=Path, metavar="IDS_JSON",
+                   help="load the config's corpus (memory ages included) and write its key -> id map here")
+    p.add_argument("--clock", help="freeze the server's clock at this ISO time (default: the real clock)")
+    p.add_argument("--old-server", action="store_true",
+                   help="behave like SOAT before the hybrid ranking (min_score, memory_ids, entry_id, no signals)")
+    p.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered badly (0..1)")
+    p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma-separated of {', '.join(FAULT_KINDS)}")
+    p.add_argument("--fault-seed", type=int, default=0)
+    p.add_argument("--fault-all-routes", action="store_true", help="faults on every route, not only search")
+    p.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on an injected 429")
+    p.add_argument("--slow-seconds", type=float, default=2.0, help="delay of an injected slow answer")
+    p.add_argument("--die-after", type=int, metavar="N", help="stop serving after N searches (to test --resume)")
+    return p
+
+
+def build_server(config_path: Path, *, clock: datetime | None = None, accounts: Accounts | None = None,
+                 old_server: bool = False, faults: Faults | None = None, die_after: int | None = None) -> SoatServer:
+    """A server over an empty store with the config's engine settings (embedded defaults otherwise)."""
+    from rqsweep.backends.embedded import build_embedder
+
+    config = load_config(config_path)
+    engine = config.backend if isinstance(config.backend, EmbeddedConfig) else EmbeddedConfig()
+    store = SoatStore(build_embedder(engine), frozen_clock(clock) if clock else system_clock, engine.tie_order)
+    return SoatServer(store, accounts or Accounts(), old_server=old_server, faults=faults, die_after=die_after)
+
+
+def main(argv: list[str]) -> int:
+    """Run the server until interrupted; prints its URL (and a generated password) on stdout."""
+    args = _parser().parse_args(argv)
+    kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
+    if set(kinds) - set(FAULT_KINDS) or not 0 <= args.fault_rate <= 1:
+        print(f"rqsweep serve: --fault-kinds takes {', '.join(FAULT_KINDS)}; --fault-rate 0..1", file=sys.stderr)
+        return 2
+    password = os.environ.get(args.password_env)
+    accounts = Accounts(args.username, password) if password else Accounts(args.username)
+    if args.api_key_env and os.environ.get(args.api_key_env):
+        accounts.api_keys[os.environ[args.api_key_env]] = None
+    try:
+        clock = datetime.fromisoformat(args.clock) if args.clock else None
+        if clock is not None and clock.tzinfo is None:
+            clock = clock.replace(tzinfo=timezone.utc)
+        server = build_server(args.config, clock=clock, accounts=accounts, old_server=args.old_server,
+                              faults=Faults(args.fault_rate, kinds, args.fault_seed, args.retry_after,
+                                            args.slow_seconds, args.fault_all_routes), die_after=args.die_after)
+        if args.preload:
+            config = load_config(args.config)
+            if config.corpus is None:
+                print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)
+                return 2
+            engine = config.backend if isinstance(config.backend, EmbeddedConfig) else EmbeddedConfig()
+            ids = server.store.preload(load_corpus(config.corpus), engine.chunking, config.name)
+            args.preload.write_text(json.dumps(ids, indent=2) + "\n")
+        url = server.start(args.host, args.port)
+    except (RqsweepError, ValueError, OSError) as exc:
+        print(f"rqsweep serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"listening on {url}", flush=True)
+    if not password:
+        print(f"login: {accounts.username} / {accounts.password}", flush=True)
+    try:
+        while not server.dead:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,85 @@
+"""Shared setup of the HTTP backend tests: a small corpus, job configs, and `rqsweep serve` in process."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import polars as pl
+import yaml
+
+from rqsweep.serve import Accounts, Faults, SoatServer, build_server
+
+ROOT = Path(__file__).resolve().parents[1]
+HANDBOOK = ROOT / "configs" / "handbook"
+CLOCK = datetime(2026, 1, 5, 12, 0, 0, tzinfo=timezone.utc)  # whole second: the Date header is exact
+PASSWORD = "pw-Zq8-never-in-output"  # distinctive, so that a leak is found by grepping
+SWEEP = {  # 8 settings, the baseline among them
+    "strategy": "grid",
+    "knobs": {"rrf_k": {"values": [2, 60]}, "min_similarity": {"values": [None, 0.3]},
+              "recency_half_life_days": {"values": [0, 7]}},
+}
+WIDE_SWEEP = {  # 48 settings: cheap in replay mode only
+    "strategy": "grid",
+    "knobs": {"rrf_k": {"values": [1, 3, 10, 30, 60, 200]},
+              "min_similarity": {"values": [None, 0.1, 0.3, 0.5]},
+              "recency_half_life_days": {"values": [0, 7]}},
+}
+
+
+def write_corpus(folder: Path, n_documents: int = 8, n_memories: int = 12, ages: bool = False) -> None:
+    """A slice of the handbook corpus (ages dropped unless asked) and the golden queries it can answer."""
+    corpus = yaml.safe_load((HANDBOOK / "corpus.yaml").read_text())
+    docs, mems = corpus["documents"][:n_documents], corpus["memories"][:n_memories]
+    if not ages:
+        for m in mems:
+            m.pop("age_days", None)
+    keys = {d["key"] for d in docs} | {m["key"] for m in mems}
+    golden = []
+    for q in yaml.safe_load((HANDBOOK / "golden.yaml").read_text()):
+        expected = [q["expected"]] if isinstance(q["expected"], str) else q["expected"]
+        if all(k in keys for k in expected):
+            golden.append(q)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.yaml").write_text(yaml.safe_dump({"documents": docs, "memories": mems}))
+    (folder / "golden.yaml").write_text(yaml.safe_dump(golden[:20]))
+
+
+def write_config(folder: Path, name: str, backend: dict, sweep: dict | None = None) -> Path:
+    config = {
+        "name": name, "corpus": "corpus.yaml", "golden": "golden.yaml", "backend": backend,
+        "search": {"limit": 10}, "sweep": sweep or SWEEP,
+        "baseline": {"rrf_k": 60, "min_similarity": None, "recency_half_life_days": 0},
+        "workers": 1, "output_dir": "results",
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+EMBEDDED = {"kind": "embedded", "chunking": {"strategy": "size", "chunk_size": 1000, "chunk_overlap": 200}}
+
+
+def http_backend(url: str, **extra) -> dict:
+    """An http backend section for the test server: seeding, fast retries, password from SOAT_PASSWORD."""
+    return {"kind": "http", "base_url": url, "username": "admin", "seed": True, "max_in_flight": 4,
+            "retries": 10, "backoff": 0.002, "timeout": 5, "max_consecutive_failures": 8} | extra
+
+
+@contextlib.contextmanager
+def serving(config: Path, *, faults: Faults | None = None, old_server: bool = False,
+            clock: datetime = CLOCK) -> Iterator[SoatServer]:
+    server = build_server(config, clock=clock, accounts=Accounts("admin", PASSWORD), old_server=old_server,
+                          faults=faults)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def comparable(grid: pl.DataFrame) -> pl.DataFrame:
+    """A grid without what differs between runs and backends by design (ids, hashes, tie counts)."""
+    return grid.drop("run_id", "config_sha256", "tie_sensitive").sort("setting_id", "slice")

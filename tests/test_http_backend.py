@@ -1,0 +1,58 @@
+"""The HTTP backend against `rqsweep serve` over loopback: same grid as the embedded backend, both modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rqsweep import job
+from tests.http_support import EMBEDDED, PASSWORD, WIDE_SWEEP, comparable, http_backend, serving, write_config, \
+    write_corpus
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("http-corpus")
+    write_corpus(folder)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def password(monkeypatch):
+    monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
+
+
+def _grid(config: Path, out: Path) -> pl.DataFrame:
+    return comparable(job.run(config, quiet=True, output_dir=out).grid).drop("golden_sha256")
+
+
+@pytest.mark.parametrize("mode, sweep", [("direct", None), ("replay", None), ("replay", WIDE_SWEEP)])
+def test_http_grid_equals_the_embedded_grid(corpus, tmp_path, mode, sweep):
+    embedded = write_config(corpus, f"embedded-{mode}", EMBEDDED, sweep)
+    with serving(embedded) as server:
+        http = write_config(corpus, f"http-{mode}", http_backend(server.url, mode=mode, verify=2), sweep)
+        got = _grid(http, tmp_path)
+    want = _grid(embedded, tmp_path)
+    assert got["setting_id"].n_unique() == want["setting_id"].n_unique() >= 8
+    assert got.equals(want)
+    assert got["errors"].sum() == 0
+
+
+def test_replay_searches_each_query_once_and_records_the_seed(corpus, tmp_path, capsys):
+    embedded = write_config(corpus, "embedded-count", EMBEDDED, WIDE_SWEEP)
+    with serving(embedded) as server:
+        http = write_config(corpus, "http-count", http_backend(server.url, mode="replay"), WIDE_SWEEP)
+        outcome = job.run(http, quiet=False, output_dir=tmp_path)
+        searches = server.searches
+    log = capsys.readouterr().err
+    queries = outcome.grid.filter(pl.col("slice") == "overall")["queries"][0]
+    settings = outcome.grid["setting_id"].n_unique()
+    replayed = int(log.split("replay: ")[1].split(" of ")[0])
+    # One probe, one fetch per query, and direct searches only for the queries replay could not prove.
+    assert searches == 1 + queries + (queries - replayed) * settings
+    assert replayed >= queries - 3
+    seed = (outcome.run_dir / "seed.json").read_text()
+    assert '"doc-oncall-rotation"' in seed and '"project_id": "proj_' in seed
+    assert "seed: 8 documents, 3 memory stores, 12 memories (0 not created)" in log

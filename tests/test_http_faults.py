@@ -1,0 +1,111 @@
+"""Manners under failure: injected transient faults change nothing; a dead server stops the run with exit 3,
+keeps what finished, and `--resume` completes it once the server is back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rqsweep import cli, job, strategy
+from rqsweep.backends.http.auth import Target
+from rqsweep.backends.http.client import RequestFailed, SoatClient, retry_after_seconds
+from rqsweep.serve import Faults
+from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
+
+
+@pytest.fixture(autouse=True)
+def password(monkeypatch):
+    monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
+
+
+def _grid(run_dir: Path) -> pl.DataFrame:
+    return comparable(pl.read_parquet(run_dir / "grid.parquet"))
+
+
+def _run_dir(out: Path, name: str) -> Path:
+    (run_dir,) = (out / name).iterdir()
+    return run_dir
+
+
+@pytest.mark.parametrize("mode", ["direct", "replay"])
+def test_twenty_percent_transient_faults_give_the_clean_metrics(tmp_path, mode):
+    write_corpus(tmp_path)
+    embedded = write_config(tmp_path, "embedded", EMBEDDED)
+    with serving(embedded) as server:
+        clean = write_config(tmp_path, "clean", http_backend(server.url, mode=mode))
+        clean_grid = comparable(job.run(clean, quiet=True, output_dir=tmp_path / "out").grid)
+        clean_searches = server.searches
+        server.faults = Faults(0.2, seed=7, retry_after=0, slow_seconds=0.6)
+        faulty = write_config(tmp_path, "faulty", http_backend(server.url, mode=mode, timeout=0.3))
+        outcome = job.run(faulty, quiet=True, output_dir=tmp_path / "out")
+        retried = server.searches - 2 * clean_searches  # each fault costs one more search
+    assert retried > 0.15 * clean_searches
+    assert comparable(outcome.grid).drop("golden_sha256").equals(clean_grid.drop("golden_sha256"))
+    assert outcome.grid["errors"].sum() == 0
+
+
+def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(strategy, "GRID_BATCH", 2)  # checkpoints every 2 settings
+    write_corpus(tmp_path)
+    embedded = write_config(tmp_path, "embedded", EMBEDDED)
+    with serving(embedded) as server:
+        backend = http_backend(server.url, mode="direct", retries=3, max_consecutive_failures=4)
+        config = write_config(tmp_path, "resumed", backend)
+        out = str(tmp_path / "out")
+        queries = 20
+        # The baseline and one batch of 2 finish; the server dies during the next batch.
+        server.die_after = 1 + queries * 3 + 7
+        started = time.monotonic()
+        assert cli.main([str(config), "--output-dir", out, "--quiet"]) == 3
+        assert time.monotonic() - started < 30
+        assert "failed in a row" in capsys.readouterr().err
+        run_dir = _run_dir(tmp_path / "out", "resumed")
+        finished = pl.concat([pl.read_parquet(p) for p in (run_dir / "state").glob("part-*.parquet")])
+        assert finished["setting_id"].n_unique() == 3 and finished["error"].null_count() == finished.height
+        assert not (run_dir / "grid.parquet").exists()
+
+        server.die_after = None
+        server.start(port=int(server.url.rsplit(":", 1)[1]))
+        assert cli.main([str(config), "--resume", str(run_dir), "--output-dir", out, "--quiet"]) == 0
+        whole = write_config(tmp_path, "whole", backend)
+        assert cli.main([str(whole), "--output-dir", out, "--quiet"]) == 0
+    resumed, uninterrupted = _grid(run_dir), _grid(_run_dir(tmp_path / "out", "whole"))
+    assert resumed.drop("golden_sha256").equals(uninterrupted.drop("golden_sha256"))
+    assert resumed["setting_id"].n_unique() == 8
+
+
+def test_unreachable_server_and_rejected_password_fail_fast_with_exit_3(tmp_path, monkeypatch, capsys):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        url = server.url
+        config = write_config(tmp_path, "wrong", http_backend(url))
+        monkeypatch.setenv("SOAT_PASSWORD", "not-the-password")
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+        assert "refused the login as 'admin': HTTP 401 UNAUTHORIZED" in capsys.readouterr().err
+    config = write_config(tmp_path, "gone", http_backend(url))
+    started = time.monotonic()
+    assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+    assert time.monotonic() - started < 5
+    assert f"cannot reach SOAT at {url}" in capsys.readouterr().err
+
+
+def test_a_429_waits_at_least_its_retry_after_and_other_4xx_are_never_retried(tmp_path):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        server.faults = Faults(1.0, kinds=("429",), retry_after=1)
+        client = SoatClient(Target(server.url, None, "admin", None, "test"), retries=3, backoff=0.001)
+        client.session._token = None
+        threading.Timer(0.2, lambda: setattr(server, "faults", Faults())).start()
+        started = time.monotonic()
+        with pytest.raises(RequestFailed, match="401"):  # no token: the 429s pass, then a plain 4xx
+            client.request("POST", "/api/v1/knowledge/search", {"query": "x"}, authenticated=False)
+        assert time.monotonic() - started >= 1.0
+        assert client.stats.requests == 2 and client.stats.retries == 1
+        client.close()
+    assert retry_after_seconds("3") == 3.0
+    assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
+    assert retry_after_seconds("soon") is None

@@ -1,0 +1,89 @@
+"""Credentials never reach logs, Parquet, run.json, reports or error messages."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from rqsweep import cli
+from rqsweep.corpus import Chunking, load_corpus
+from rqsweep.serve import Accounts
+from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
+
+API_KEY = "sk_live_Kx93-secret-api-key"
+
+
+def _leaks(folder: Path, secrets: list[str]) -> list[str]:
+    """Every place under `folder` where a secret shows: raw bytes, and decoded Parquet values and metadata."""
+    found = []
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        texts = [path.read_bytes().decode("utf-8", "replace")]
+        if path.suffix == ".parquet":
+            texts.append(pl.read_parquet(path).write_csv())
+            texts.append(json.dumps({k.decode(): v.decode() for k, v in
+                                     (pq.read_schema(path).metadata or {}).items()}))
+        found += [f"{path}: {s[:6]}..." for s in secrets for t in texts if s in t]
+    return found
+
+
+@pytest.fixture()
+def logs(caplog):
+    caplog.set_level(logging.DEBUG)  # httpx and httpcore log requests at DEBUG
+    return caplog
+
+
+def test_api_key_from_a_profile_and_login_password_never_leak(tmp_path, monkeypatch, capsys, logs):
+    write_corpus(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SOAT_PROFILE", "ci")
+    monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        server.accounts.api_keys[API_KEY] = None
+        ids = server.store.preload(load_corpus(tmp_path / "corpus.yaml"), Chunking(), "keyed")
+        (tmp_path / "ids.json").write_text(json.dumps(ids))
+        (tmp_path / "home" / ".soat").mkdir(parents=True)
+        (tmp_path / "home" / ".soat" / "config.json").write_text(json.dumps({"ci": {"baseUrl": server.url,
+                                                                                   "token": API_KEY}}))
+        keyed = write_config(tmp_path, "keyed", {"kind": "http", "ids": "ids.json", "project_id": ids["project_id"],
+                                                 "mode": "replay", "verify": 1})
+        out = tmp_path / "out"
+        assert cli.main([str(keyed), "--output-dir", str(out)]) == 0
+        login = write_config(tmp_path, "login", http_backend(server.url, mode="direct", password=PASSWORD) |
+                             {"token": "sk_config_token_unused_when_logging_in"})
+        assert cli.main([str(login), "--output-dir", str(out)]) == 0
+        tokens = list(server.accounts._sessions)
+        # A rejected key: the message says so without repeating it.
+        server.accounts.api_keys.clear()
+        assert cli.main([str(keyed), "--output-dir", str(out), "--quiet"]) == 3
+    secrets = [API_KEY, PASSWORD, "sk_config_token_unused_when_logging_in", *tokens]
+    captured = capsys.readouterr()
+    assert "rejected the credentials" in captured.err
+    assert (out / "keyed").exists() and (out / "login").exists()
+    assert _leaks(out, secrets) == []
+    for text in (captured.out, captured.err, logs.text):
+        assert not [s for s in secrets if s in text]
+    assert "***" in (next((out / "login").iterdir()) / "run.json").read_text()  # the config's token, redacted
+
+
+def test_serve_accepts_a_confined_api_key_only_in_its_project(tmp_path):
+    import httpx
+
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        mine = server.store.create_project("mine")
+        other = server.store.create_project("other")
+        server.accounts = Accounts("admin", PASSWORD, {API_KEY: mine})
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+            ok = http.post("/api/v1/knowledge/search", json={"project_id": mine, "query": "x"})
+            denied = http.post("/api/v1/knowledge/search", json={"project_id": other, "query": "x"})
+            admin_only = http.post("/api/v1/projects", json={"name": "new"})
+    assert ok.status_code == 200
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "API_KEY_PROJECT_SCOPE"
+    assert admin_only.status_code == 403
