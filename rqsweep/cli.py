@@ -3,6 +3,7 @@
     rqsweep CONFIG [--dry-run] [--compare PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] ...
     rqsweep report RUN_DIR
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
+    rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
 A run writes its results and report.md / report.html into its run folder, then applies the gate
 when asked (`--compare`, `--gate-file`). `--update-gate-file` accepts the run's numbers: it rewrites
@@ -154,11 +155,18 @@ def _gate(argv: list[str]) -> int:
     return _apply_gate(args.run_dir, args.previous, args)
 
 
+def _serve(argv: list[str]) -> int:
+    from rqsweep import serve
+
+    return serve.main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|gate ...` work on finished run folders."""
+    """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|gate ...` work on finished run folders;
+    `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "gate": _gate}
+    commands = {"report": _report, "gate": _gate, "serve": _serve}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:
         return command(argv)

@@ -160,16 +160,20 @@ class Index:
         query_vector = self.embed_queries([query])[0]
         candidates = self.candidates(query, limit, scope, tie_order, query_vector)
         fused = fuse(candidates, knobs, limit, self.memory_age_days(now))
+        similarity: dict[tuple[str, int], float] = {}
+        for source_type, store in self.stores.items():
+            rows = np.array([f.row for f in fused if f.source_type == source_type], dtype=np.int64)
+            if len(rows):
+                distances = cosine_distance(store.vectors[rows], query_vector, norms=store.norms[rows])
+                similarity.update(((source_type, int(r)), 1.0 - float(d)) for r, d in zip(rows, distances))
         results = []
         for f in fused:
             store = self.stores[f.source_type]
-            similarity = 1.0 - float(cosine_distance(store.vectors[f.row : f.row + 1], query_vector,
-                                                     norms=store.norms[f.row : f.row + 1])[0])
             signals = {name: p for name, p in (("vector", f.vector_position), ("lexical", f.lexical_position))
                        if p is not None}
             results.append(SearchResult(
                 f.source_type, store.keys[f.row], store.ids[f.row] if f.source_type == "document" else None,
-                store.contents[f.row], f.score, similarity, signals,
+                store.contents[f.row], f.score, similarity[(f.source_type, f.row)], signals,
                 datetime.fromtimestamp(store.updated_at_ms[f.row] / 1000, timezone.utc),
             ))
         return results

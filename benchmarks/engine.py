@@ -1,0 +1,158 @@
+"""Embedded engine benchmark: index build, candidate extraction, fast path vs reference path.
+
+    .venv/bin/python benchmarks/engine.py            # SOAT's golden set + a 100,000-chunk synthetic corpus
+    .venv/bin/python benchmarks/engine.py --small    # a 10,000-chunk synthetic corpus instead (quick look)
+
+Prints medians of repeated timings. The fast path is timed on one core (workers=1); its
+(setting x query) evaluations per second are compared with the reference path measured in the same
+run, and the two paths' ranks are checked to be identical on every pair the reference evaluated.
+"""
+
+from __future__ import annotations
+
+import os
+
+# One core for the whole benchmark: BLAS threads would blur the single-core figures.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import random
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rqsweep.corpus import Chunking, Corpus, Document, Memory  # noqa: E402
+from rqsweep.engine.batch import SettingsBatch, expected_positions  # noqa: E402
+from rqsweep.engine.embed import FeatureHashEmbedder  # noqa: E402
+from rqsweep.engine.fusion import fuse  # noqa: E402
+from rqsweep.engine.index import Index  # noqa: E402
+from rqsweep.golden import load_golden  # noqa: E402
+from rqsweep.knobs import Knobs  # noqa: E402
+
+GOLDEN = ROOT.parent / "shared" / "soat-golden" / "golden.v1.json"
+
+
+def settings_grid(n: int, seed: int = 0) -> list[Knobs]:
+    rng = random.Random(seed)
+    ks = [1, 2, 3, 5, 8, 10, 15, 20, 30, 40, 60, 80, 100, 150, 200]
+    floors = [None] + [round(0.05 * i, 2) for i in range(1, 11)]
+    halves = [0, 0.5, 1, 2, 3, 7, 14, 30, 60, 90, 180, 365]
+    pool = [Knobs(k, f, h) for k in ks for f in floors for h in halves]
+    rng.shuffle(pool)
+    return pool[:n]
+
+
+def synthetic_corpus(n_chunks: int, n_memories: int, seed: int = 1) -> tuple[Corpus, list[tuple[str, str]]]:
+    """Zipf-distributed words plus identifiers; queries ask for words of one document (so they match)."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(20_000)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    cum = np.cumsum(weights) / sum(weights)
+    np_rng = np.random.default_rng(seed)
+
+    def text(n_words: int) -> str:
+        idx = np.searchsorted(cum, np_rng.random(n_words))
+        words = [vocab[i] for i in idx]
+        if rng.random() < 0.3:
+            words.insert(rng.randrange(len(words)), f"SKU-{rng.randrange(10_000)}")
+        return " ".join(words)
+
+    docs = [Document(f"doc-{i}", text(150)[:1000]) for i in range(n_chunks)]
+    mems = [Memory(f"mem-{i}", text(12), age_days=rng.choice([0.0, 1.0, 7.0, 30.0, 400.0]))
+            for i in range(n_memories)]
+    queries = []
+    for q in range(1000):
+        target = rng.choice(docs + mems)
+        words = target.content.split()
+        picked = rng.sample(words, min(2, len(words)))
+        queries.append((" ".join(picked), target.key))
+    return Corpus(tuple(docs), tuple(mems)), queries
+
+
+def median_time(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench(name: str, corpus: Corpus, queries: list[tuple[str, list[str]]], n_settings: int,
+          reference_pairs: int) -> None:
+    print(f"\n== {name}: {len(corpus.documents)} documents, {len(corpus.memories)} memories, "
+          f"{len(queries)} queries, {n_settings} settings")
+    t = time.perf_counter()
+    index = Index.build(corpus, FeatureHashEmbedder(1024), Chunking("size", 1000, 200))
+    build = time.perf_counter() - t
+    print(f"index build (chunk, embed, lexical index): {build:.2f} s "
+          f"({len(index.stores['document'].ids)} chunks)")
+    vectors = index.embed_queries([q for q, _ in queries])
+    per_query = []
+    plans, candidates = [], []
+    for (q, keys), v in zip(queries, vectors):
+        t = time.perf_counter()
+        cands = index.candidates(q, 10, query_vector=v)
+        per_query.append(time.perf_counter() - t)
+        candidates.append(cands)
+        plans.append(index.plan(q, keys, 10, query_vector=v))
+    print(f"candidate extraction per query: median {statistics.median(per_query) * 1e3:.2f} ms, "
+          f"p90 {np.percentile(per_query, 90) * 1e3:.2f} ms")
+
+    knobs = settings_grid(n_settings)
+    batch = SettingsBatch.from_knobs(knobs)
+    result: list[np.ndarray] = []
+
+    def fast():
+        result.clear()
+        result.extend(expected_positions(p, batch, 10) for p in plans)
+
+    fast_s = median_time(fast, 3)
+    fast_rate = len(knobs) * len(plans) / fast_s
+    print(f"fast path: {fast_s:.3f} s for {len(knobs)} x {len(plans)} = {fast_rate / 1e6:.2f} M evaluations/s")
+
+    ages = index.memory_age_days()
+    rng = random.Random(3)
+    pairs = [(rng.randrange(len(knobs)), rng.randrange(len(plans))) for _ in range(reference_pairs)]
+    expected_rows = [index.expected_rows(keys) for _, keys in queries]
+
+    def reference():
+        out = []
+        for s, q in pairs:
+            ranked = fuse(candidates[q], knobs[s], 10, ages)
+            out.append([min([p for p, f in enumerate(ranked, 1) if (f.source_type, f.row) in g] or [0])
+                        for g in expected_rows[q]])
+        return out
+
+    ref_out: list = []
+    ref_s = median_time(lambda: ref_out.append(reference()), 3)
+    ref_rate = len(pairs) / ref_s
+    mismatches = sum(result[q][s].tolist() != r for (s, q), r in zip(pairs, ref_out[-1]))
+    print(f"reference path: {ref_rate / 1e3:.1f} k evaluations/s ({len(pairs)} sampled pairs)")
+    print(f"fast / reference: {fast_rate / ref_rate:.0f}x; rank mismatches on sampled pairs: {mismatches}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--small", action="store_true")
+    args = ap.parse_args()
+    if GOLDEN.exists():
+        golden = load_golden(GOLDEN)
+        qs = [(q.query, [e.key for e in q.expected]) for q in golden.queries]
+        bench("SOAT golden.v1.json", golden.corpus, qs, 2000, 20_000)
+    else:
+        print(f"(skipping SOAT's golden set: {GOLDEN} not found)")
+    n = 10_000 if args.small else 100_000
+    corpus, queries = synthetic_corpus(n, n // 10)
+    bench(f"synthetic {n} chunks", corpus, [(q, [k]) for q, k in queries], 2000, 20_000)
+
+
+if __name__ == "__main__":
+    main()
