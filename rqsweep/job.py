@@ -141,7 +141,7 @@ class Sweep:
         if sweep.strategy == "grid":
             settings = grid(sweep, self.config.baseline)
             self.progress.total = len(settings)
-            run_grid(settings, self.state.finished(), self.evaluate, self.progress)
+            run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
             self.progress.total = sweep.n_trials
             run_optimize(sweep, self.config.baseline, self.score, self.run_dir / "state" / "optuna.journal",

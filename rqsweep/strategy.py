@@ -16,19 +16,18 @@ from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
 from rqsweep.space import setting_id, suggest
 
-GRID_BATCH = 2000  # settings between checkpoints
 OPTUNA_BATCH = 8  # trials asked before they are told: TPE's constant liar covers the pending ones
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
 
 
 def run_grid(settings: Sequence[Knobs], finished: set[str], evaluate: Callable[[list[Knobs]], object],
-             progress: Progress) -> None:
-    """Evaluate every setting not already finished, in checkpointed batches."""
+             progress: Progress, batch_size: int) -> None:
+    """Evaluate every setting not already finished, in batches of `batch_size` (one checkpoint each)."""
     todo = [s for s in settings if setting_id(s) not in finished]
     progress(len(settings) - len(todo))
-    for start in range(0, len(todo), GRID_BATCH):
-        batch = todo[start : start + GRID_BATCH]
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
         evaluate(batch)
         progress(len(batch))
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rqsweep import cli, job, strategy
+from rqsweep import cli, job
+from rqsweep.backends.http import backend as http_backend_module
 from rqsweep.backends.http.auth import Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient, retry_after_seconds
 from rqsweep.serve import Faults
@@ -49,7 +50,7 @@ def test_twenty_percent_transient_faults_give_the_clean_metrics(tmp_path, mode):
 
 
 def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(strategy, "GRID_BATCH", 2)  # checkpoints every 2 settings
+    monkeypatch.setattr(http_backend_module, "SEARCHES_PER_CHECKPOINT", 40)  # 20 queries: every 2 settings
     write_corpus(tmp_path)
     embedded = write_config(tmp_path, "embedded", EMBEDDED)
     with serving(embedded) as server:

@@ -17,6 +17,7 @@ class Backend(Protocol):
     """
 
     name: str
+    checkpoint_every: int  # settings per recorded batch: what a crash can cost at most
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame: ...
 

@@ -57,6 +57,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    checkpoint_every = 2000  # seconds of work at most, even on large golden sets
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1):
         self.golden, self.limit, self.workers = golden, limit, workers

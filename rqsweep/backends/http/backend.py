@@ -25,6 +25,7 @@ from rqsweep.results import QUERY_SCHEMA
 from rqsweep.space import setting_id
 
 Log = Callable[[str], None]
+SEARCHES_PER_CHECKPOINT = 500  # direct searches a crash may cost at most
 _DEFAULTS = Knobs()  # SOAT's defaults: what a server that refuses a knob does instead
 
 
@@ -35,6 +36,8 @@ class HttpBackend:
                  profile: ServerProfile, log: Log):
         self.searcher, self.queries, self.replay, self.profile, self.log = searcher, queries, replay, profile, log
         self.name = "http-replay" if replay else "http-direct"
+        direct = len(replay.fallback) if replay else len(queries)
+        self.checkpoint_every = max(1, SEARCHES_PER_CHECKPOINT // direct) if direct else 2000
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         for s in settings:
