@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -277,9 +278,14 @@ def _sweep(value: object, config: Path) -> SweepConfig:
     opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout")
     if strategy == "optimize" and "optimize" not in sec.data:
         raise InputError(file, sec.where("optimize"), "strategy optimize needs n_trials (and optionally sampler, seed)")
+    sampler = opt.choice("sampler", SAMPLERS, "tpe")
+    missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+    if strategy == "optimize" and sampler == "gp" and missing:
+        raise InputError(file, opt.where("sampler"), f"'gp': Optuna's GPSampler needs {' and '.join(missing)}, "
+                         "which are not installed (pip install torch scipy), or use tpe, random or nsga2")
     return SweepConfig(
         strategy=strategy, knobs=knobs,
-        sampler=opt.choice("sampler", SAMPLERS, "tpe"),
+        sampler=sampler,
         n_trials=opt.get("n_trials", int, 100, lambda v: v >= 1, "must be >= 1"),
         seed=opt.get("seed", int, None),
         timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),

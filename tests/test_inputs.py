@@ -150,3 +150,12 @@ def test_the_handbook_config_and_data_are_valid():
     corpus = load_corpus(inputs.config.corpus)
     assert len(corpus.documents) >= 30 and len(corpus.memories) >= 15
     assert len(grid(inputs.config.sweep, inputs.config.baseline)) >= 1000
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("torch") is not None,
+                    reason="torch is installed here, so the gp sampler is available")
+def test_gp_sampler_without_torch_is_a_clear_config_error(tmp_path):
+    sweep = {"strategy": "optimize", "knobs": {"rrf_k": {"low": 1, "high": 10}},
+             "optimize": {"sampler": "gp", "n_trials": 5}}
+    err = error_of(write_job(tmp_path, sweep=sweep))
+    assert err.where == "sweep.optimize.sampler" and "needs torch" in err.problem

@@ -136,6 +136,16 @@ def test_optimize_gives_constraints_to_optuna(tmp_path):
     assert outcome.best in feasible_ids
 
 
+@pytest.mark.parametrize("sampler", ["random", "nsga2"])
+def test_other_samplers_run_under_constraints(tmp_path, sampler):
+    sweep = {"strategy": "optimize", "knobs": {"rrf_k": {"low": 1, "high": 100},
+                                                "recency_half_life_days": {"values": [0, 1, 30]}},
+             "optimize": {"sampler": sampler, "n_trials": 10, "seed": 1}}
+    outcome = job.run(write_job(tmp_path / "job", sweep=sweep), quiet=True, output_dir=tmp_path / "out")
+    assert 2 <= outcome.grid["setting_id"].n_unique() <= 11  # trials may repeat a setting; baseline added
+    assert outcome.best is not None
+
+
 def _run_cli(args, **kwargs):
     return subprocess.Popen([sys.executable, "-m", "rqsweep.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kwargs)
