@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -40,7 +41,7 @@ class GoldenSet:
     corpus: Corpus | None  # SOAT's golden.json carries its corpus inline
     warnings: tuple[str, ...]
 
-    @property
+    @cached_property
     def slices(self) -> list[str]:
         return sorted({q.slice for q in self.queries})
 

@@ -149,7 +149,7 @@ class Sweep:
 
     def finish(self) -> tuple[pl.DataFrame, pl.DataFrame, str | None, dict[str, int]]:
         """The grid and per-query tables, the best setting, and how many settings each constraint rejected."""
-        rows = self.state.rows().unique(["setting_id", "query_id"], keep="first", maintain_order=True)
+        rows = self.state.rows()
         metrics = slice_metrics(rows)
         tables = _tables(metrics)
         order = list(dict.fromkeys(rows["setting_id"].to_list()))

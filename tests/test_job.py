@@ -217,3 +217,17 @@ def test_cli_exit_codes(tmp_path):
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 4
     assert "No feasible setting" in stdout + stderr
+
+
+def test_parallel_workers_give_the_serial_rows(tmp_path, monkeypatch):
+    from rqsweep.backends import embedded
+
+    monkeypatch.setattr(embedded, "_MIN_PARALLEL_WORK", 0)
+    config = write_job(tmp_path / "job")
+    inputs = job.load_inputs(config)
+    settings = [parse_setting_id(s) for s in ("k1_moff_h0.0", "k5_m0.2_h30.0", "k60_m0.1_h1.0", "k20_moff_h365.0",
+                                              "k2_m0.3_h0.5")]
+    serial = job.build_backend(inputs, 1, lambda _: None).evaluate(settings)
+    parallel = job.build_backend(inputs, 2, lambda _: None).evaluate(settings)
+    assert parallel.equals(serial)
+    assert serial.height == len(settings) * 10

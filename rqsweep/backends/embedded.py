@@ -17,7 +17,7 @@ from rqsweep.engine.index import Index
 from rqsweep.engine.scope import Scope
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
-from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank, recall_at
+from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank
 from rqsweep.results import QUERY_SCHEMA
 from rqsweep.space import setting_id
 
@@ -36,17 +36,20 @@ def _score_installed(batch: SettingsBatch):
 
 
 def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int):
-    """(settings, queries) rank, recall@5, recall@10 and tie sensitivity for one chunk of settings."""
+    """(settings, queries) rank, expected items found within each recall cut-off, and tie sensitivity.
+
+    Small integer types: results travel back from worker processes, and limit <= 100.
+    """
     shape = (len(batch), len(plans))
-    rank, tie = np.zeros(shape, np.int64), np.zeros(shape, bool)
-    recalls = {k: np.zeros(shape) for k in RECALL_CUTOFFS}
+    rank, tie = np.zeros(shape, np.int16), np.zeros(shape, bool)
+    found = {k: np.zeros(shape, np.int16) for k in RECALL_CUTOFFS}
     for q, (plan, alternate) in enumerate(zip(plans, alternates)):
         positions = expected_positions(plan, batch, limit)
         rank[:, q] = first_relevant_rank(positions)
         for k in RECALL_CUTOFFS:
-            recalls[k][:, q] = recall_at(positions, k)
+            found[k][:, q] = ((positions > 0) & (positions <= k)).sum(axis=1)
         tie[:, q] = first_relevant_rank(expected_positions(alternate, batch, limit)) != rank[:, q]
-    return rank, recalls, tie
+    return rank, found, tie
 
 
 class EmbeddedBackend:
@@ -81,9 +84,11 @@ class EmbeddedBackend:
                                          initargs=(self.plans, self.alternates, self.limit))
             step = -(-len(settings) // workers)
             parts = list(pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
-        rank = np.concatenate([p[0] for p in parts])
+        rank = np.concatenate([p[0] for p in parts]).astype(np.int64)
         tie = np.concatenate([p[2] for p in parts])
-        recalls = {k: np.concatenate([p[1][k] for p in parts]) for k in RECALL_CUTOFFS}
+        expected = np.array([len(q.expected) for q in self.golden.queries], dtype=np.float64)
+        # found / |expected| is the same float64 as recall_at's mean of hit flags.
+        recalls = {k: np.concatenate([p[1][k] for p in parts]) / expected for k in RECALL_CUTOFFS}
         n_s, n_q = len(settings), len(self.golden.queries)
         per_setting = np.repeat(np.arange(n_s), n_q)
         per_query = np.tile(np.arange(n_q), n_s)

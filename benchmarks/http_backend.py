@@ -1,7 +1,7 @@
 """HTTP backend benchmark against `rqsweep serve` on this machine (the server in its own process).
 
-    .venv/bin/python benchmarks/http.py            # the handbook corpus and golden set
-    .venv/bin/python benchmarks/http.py --settings 4 --in-flight 8
+    .venv/bin/python benchmarks/http_backend.py            # the handbook corpus and golden set
+    .venv/bin/python benchmarks/http_backend.py --settings 4 --in-flight 8
 
 Prints, for direct mode, requests per second and the client's CPU time per request (this process only;
 the server's work is not counted), and for replay mode the searches a 1,000-setting grid costs: one probe,
