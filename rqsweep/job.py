@@ -161,8 +161,11 @@ class Sweep:
             found = violations(table, baseline, self.config.constraints, self.golden.slices, table[OVERALL]["errors"])
             verdicts[sid] = found
             value = table[obj.slice][obj.metric]
-            better = best_value is None or value > best_value or (value == best_value and sid == self.baseline_id)
-            if not found and value is not None and better:
+            if found or value is None:
+                continue
+            # Equal objectives keep the earlier setting, except that the baseline wins a tie: no knob
+            # should move without a measured gain.
+            if best_value is None or value > best_value or (value == best_value and sid == self.baseline_id):
                 best, best_value = sid, value
         knobs = {sid: parse_setting_id(sid) for sid in order}
         grid_frame = metrics.join(pl.DataFrame({
