@@ -3,7 +3,7 @@
 Modules, one concept each: `auth` (base URL, token, profiles, login), `client` (the shared client:
 concurrency, pacing, retries, circuit breaker), `mapping` (request bodies, results to ids), `probe` (what
 the server accepts), `seed` (corpus -> project, key -> id map), `direct` (one search per setting and
-query), `completeness` and `replay` (one search per query, proven exact), `backend` (the `Backend`).
+query), `completeness` and `replay` (a search or few per query, proven exact), `backend` (the `Backend`).
 """
 
 from rqsweep.backends.http.backend import HttpBackend, build_http_backend

@@ -32,9 +32,10 @@ class Searcher:
     scope: SearchScope
     dialect: Dialect
 
-    def hits(self, query: str, knobs: Knobs, limit: int | None = None):
-        """The ranked results of one search, and the reply (for the server's clock)."""
-        body = search_body(query, knobs, limit or self.limit, self.scope, self.dialect)
+    def hits(self, query: str, knobs: Knobs, limit: int | None = None, scope: SearchScope | None = None):
+        """The ranked results of one search (in the run's scope unless told), and the reply (for the server's
+        clock)."""
+        body = search_body(query, knobs, limit or self.limit, scope or self.scope, self.dialect)
         reply = self.client.request("POST", SEARCH_PATH, body)
         return parse_hits(reply.body, self.dialect), reply
 

@@ -1,8 +1,9 @@
-"""Replay mode: each query fetched once, every setting re-fused client-side by the embedded fast path.
+"""Replay mode: each query fetched once (or a few times), every setting re-fused client-side by the fast path.
 
-N settings cost Q searches instead of N x Q. A query whose candidates cannot be proven complete at the
-sweep's limit (see `completeness`) falls back to direct searches; `verify: K` re-runs K random settings
-directly and stops the run if any ranked list differs from the replay's.
+N settings cost about Q searches instead of N x Q. A query whose candidates one search cannot prove exact at
+the sweep's limit (see `completeness`) is searched again for each store left unproven, alone: at the replay
+limit, then at the sweep's. What still cannot be proven falls back to direct searches; `verify: K` re-runs
+K random settings directly and stops the run if any ranked list differs from the replay's.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-
 from rqsweep.backends.http.client import RequestFailed
-from rqsweep.backends.http.completeness import NEUTRAL, Rebuilt, Unprovable, expected_rows, rebuild
+from rqsweep.backends.http.completeness import NEUTRAL, Answer, Rebuilt, Unprovable, expected_rows, rebuild
 from rqsweep.backends.http.direct import Outcome, Searcher
 from rqsweep.backends.http.mapping import PreparedQuery
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, plan_query
@@ -36,29 +36,63 @@ class Replayed:
 
 
 class Replay:
-    """The replayable queries' plans, built from one neutral search each; the rest listed for direct mode."""
+    """The replayable queries' plans, built from a few neutral searches each; the rest listed for direct mode."""
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], fetched_limit: int, stores: Sequence[str],
                  verify: int, log: Callable[[str], None]):
         self.searcher, self.verify_left, self.log = searcher, verify, log
         self._rng = random.Random(0)
+        self._single_store = self._single_store_searches(fetched_limit, stores)
         attempts = searcher.client.map(lambda q: self._prepare(q, fetched_limit, stores), queries)
-        self.replayed = [a for a in attempts if isinstance(a, Replayed)]
-        self.fallback = [q for q, a in zip(queries, attempts) if not isinstance(a, Replayed)]
-        reasons = Counter(a for a in attempts if isinstance(a, str))
-        log(f"replay: {len(self.replayed)} of {len(queries)} queries replayed from one search each "
-            f"(limit {fetched_limit}); {len(self.fallback)} searched directly per setting"
+        self.replayed = [a for a, _ in attempts if isinstance(a, Replayed)]
+        self.fallback = [q for q, (a, _) in zip(queries, attempts) if not isinstance(a, Replayed)]
+        single_store = sum(n for _, n in attempts)
+        rescued = sum(1 for a, n in attempts if isinstance(a, Replayed) and n)
+        reasons = Counter(a for a, _ in attempts if isinstance(a, str))
+        log(f"replay: {len(self.replayed)} of {len(queries)} queries replayed from {len(queries)} searches "
+            f"(limit {fetched_limit}) and {single_store} single-store searches, which proved {rescued}; "
+            f"{len(self.fallback)} searched directly per setting"
             + "".join(f"\n  {n} x {reason}" for reason, n in reasons.most_common()))
 
-    def _prepare(self, query: PreparedQuery, fetched_limit: int, stores: Sequence[str]) -> Replayed | str:
+    def _single_store_searches(self, fetched_limit: int, stores: Sequence[str]) -> list[tuple[str, int]]:
+        """(store, limit) of the searches that may prove one store's lists, in the order they are tried."""
+        if not self.searcher.dialect.include_flags:
+            return []  # the server cannot be asked for one store
+        limits = [fetched_limit] if len(stores) > 1 else []  # with one store, the first search was its own
+        if self.searcher.limit != fetched_limit:
+            limits.append(self.searcher.limit)  # the sweep's own LIMIT: its ties are the sweep's (rule 1)
+        return [(store, limit) for store in stores for limit in limits]
+
+    def _prepare(self, query: PreparedQuery, fetched_limit: int,
+                 stores: Sequence[str]) -> tuple[Replayed | str, int]:
+        """The query's plan (or why there is none), and how many single-store searches it took."""
+        answers: list[Answer] = []
         try:
-            hits, reply = self.searcher.hits(query.text, NEUTRAL, fetched_limit)
-            now_ms = reply.server_time_ms or round(time.time() * 1000)
-            rebuilt = rebuild(hits, self.searcher.limit, fetched_limit, now_ms, stores)
+            rebuilt = self._rebuild(query, fetched_limit, stores, answers)
         except (Unprovable, RequestFailed) as exc:
-            return str(exc)
+            return str(exc), max(len(answers) - 1, 0)
         plan = plan_query(rebuilt.candidates, expected_rows(rebuilt, query.expected), rebuilt.memory_age_days)
-        return Replayed(query, rebuilt, plan)
+        return Replayed(query, rebuilt, plan), len(answers) - 1
+
+    def _rebuild(self, query: PreparedQuery, fetched_limit: int, stores: Sequence[str],
+                 answers: list[Answer]) -> Rebuilt:
+        """Neutral searches (collected in `answers`) until the candidates are proven, or `Unprovable`."""
+        hits, reply = self.searcher.hits(query.text, NEUTRAL, fetched_limit)
+        now_ms = reply.server_time_ms or round(time.time() * 1000)
+        answers.append(Answer(hits, fetched_limit, tuple(stores)))
+        pending = list(self._single_store)
+        while True:
+            try:
+                return rebuild(answers, self.searcher.limit, now_ms, stores)
+            except Unprovable as exc:
+                retry = next((r for r in pending if r[0] in exc.stores), None)
+                if retry is None:
+                    raise
+                pending.remove(retry)
+                store, limit = retry
+                alone = replace(self.searcher.scope, include_documents=store == "document",
+                                include_memories=store == "memory")
+                answers.append(Answer(self.searcher.hits(query.text, NEUTRAL, limit, alone)[0], limit, (store,)))
 
     def outcomes(self, settings: Sequence[Knobs]) -> dict[tuple[int, str], Outcome]:
         """(setting index, query id) -> outcome for every replayed query, by the fast path."""
