@@ -70,9 +70,9 @@ def synthetic_corpus(n_chunks: int, n_memories: int, seed: int = 1) -> tuple[Cor
     docs = [Document(f"doc-{i}", text(150)[:1000]) for i in range(n_chunks)]
     mems = [Memory(f"mem-{i}", text(12), age_days=rng.choice([0.0, 1.0, 7.0, 30.0, 400.0]))
             for i in range(n_memories)]
-    queries = []
-    for q in range(1000):
-        target = rng.choice(docs + mems)
+    queries, pool = [], docs + mems
+    for _ in range(1000):
+        target = rng.choice(pool)
         words = target.content.split()
         picked = rng.sample(words, min(2, len(words)))
         queries.append((" ".join(picked), target.key))

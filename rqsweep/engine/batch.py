@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rqsweep.engine.channels import Candidate, Candidates
+from rqsweep.engine.channels import Candidates
 from rqsweep.knobs import Knobs
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
