@@ -53,13 +53,21 @@ def _gate_options() -> argparse.ArgumentParser:
     return p
 
 
+def _workers(text: str) -> int:
+    value = int(text)
+    if value < 1 and value != -1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1, or -1 for every core")
+    return value
+
+
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rqsweep", parents=[_gate_options()],
         description="Sweep SOAT's knowledge-search knobs over a golden set and write a Parquet grid and a report.",
         epilog="Other commands: `rqsweep report RUN_DIR`, `rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR]` (--help on each).")
     p.add_argument("config", type=Path, help="job config (YAML), e.g. configs/handbook.yaml")
-    p.add_argument("--workers", type=int, help="parallel workers (overrides the config's `workers`)")
+    p.add_argument("--workers", type=_workers, help="parallel workers, >= 1 or -1 for every core "
+                                                     "(overrides the config's `workers`)")
     p.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run in RUN_DIR")
     p.add_argument("--output-dir", type=Path, help="where run folders go (default: the config's output_dir)")
     p.add_argument("--quiet", action="store_true", help="no progress output; the summary still prints")

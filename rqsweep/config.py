@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
+from urllib.parse import urlsplit
 
 import yaml
 
 from rqsweep.corpus import Chunking
 from rqsweep.engine.scope import Scope
 from rqsweep.errors import InputError
-from rqsweep.knobs import KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
+from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
 
-KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
 METRICS = ("recall_at_5", "recall_at_10", "mrr")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 _MISSING = object()
+# Config keys whose values are secrets: never echoed in errors, redacted in run.json and Parquet.
+SECRET_KEY = re.compile(r"token|password|secret|^api_key$|authorization", re.IGNORECASE)
+
+
+def url_problem(url: str) -> str | None:
+    """Why `url` cannot be a service's base URL, in words that never repeat it; None when it can.
+
+    A base URL reaches logs, run.json, Parquet metadata and error messages, so it may not carry
+    secrets: user info, a query or a fragment are refused.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"expected an http:// or https:// URL with a host (got scheme {parts.scheme!r})"
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        return (f"must not carry credentials, a query or a fragment (host {parts.hostname}): "
+                "give secrets through their own keys or environment variables")
+    return None
 
 
 class Section:
@@ -35,7 +56,16 @@ class Section:
         return f"{self.path}.{key}" if self.path else key
 
     def fail(self, key: str | int, value: object, problem: str) -> InputError:
-        return InputError(self.file, self.where(key), f"{value!r}: {problem}")
+        shown = "(value not shown)" if isinstance(key, str) and SECRET_KEY.search(key) else repr(value)
+        return InputError(self.file, self.where(key), f"{shown}: {problem}")
+
+    def url(self, key: str) -> str | None:
+        """An http(s) URL that carries no secret (see `url_problem`), without a trailing slash."""
+        value = self.get(key, str, None)
+        problem = None if value is None else url_problem(value)
+        if problem:  # said without the value: it may hold a secret
+            raise InputError(self.file, self.where(key), problem)
+        return None if value is None else value.rstrip("/")
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = _MISSING,
             check: Callable[[Any], bool] | None = None, rule: str = "") -> Any:
@@ -134,6 +164,7 @@ class HttpConfig:
     max_consecutive_failures: int = 20
 
 
+
 @dataclass(frozen=True)
 class KnobSpec:
     """Values of one knob: a list, or a range (`step`, or `num` points, optionally log-spaced)."""
@@ -195,7 +226,6 @@ class JobConfig:
     constraints: tuple[Constraint, ...]
     workers: int
     output_dir: Path
-    extra_warnings: tuple[str, ...] = field(default=())
 
 
 def _read_yaml(path: Path) -> tuple[bytes, object]:
@@ -317,7 +347,7 @@ def _embedded(sec: Section) -> EmbeddedConfig:
     embedder = EmbedderConfig(
         kind=kind,
         dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
-        base_url=emb.get("base_url", str, None), model=emb.get("model", str, None),
+        base_url=emb.url("base_url"), model=emb.get("model", str, None),
         api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
         batch_size=emb.get("batch_size", int, 64, lambda v: v >= 1, "must be >= 1"),
         timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
@@ -353,8 +383,7 @@ def _http(sec: Section) -> HttpConfig:
                           s.get("allow_existing_content", bool, False))
     elif seed_value not in (False, None):
         raise sec.fail("seed", seed_value, "expected true, false or {project_name, chunking, allow_existing_content}")
-    base_url = sec.get("base_url", str, None, lambda v: v.startswith(("http://", "https://")),
-                       "expected an http:// or https:// URL")
+    base_url = sec.url("base_url")
     username = sec.get("username", str, None)
     password = sec.get("password", str, None)
     if password is not None and username is None:
@@ -364,7 +393,7 @@ def _http(sec: Section) -> HttpConfig:
         raise InputError(sec.file, sec.where("ids"), "give `ids` (a corpus seeded elsewhere) or `seed`, not both")
     rps = sec.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
     return HttpConfig(
-        base_url=base_url.rstrip("/") if base_url else None,
+        base_url=base_url,
         profile=sec.get("profile", str, None), token=sec.get("token", str, None), username=username,
         password=password, verify_tls=sec.get("verify_tls", bool, True), project_id=sec.get("project_id", str, None),
         ids=(sec.file.parent / ids).resolve() if ids else None, seed=seed,

@@ -13,7 +13,8 @@ _SLACK = 1e-9
 SliceTable = Mapping[str, Mapping[str, float | None]]  # slice -> metric -> value
 
 
-def _slices(constraint: Constraint, slices: Sequence[str]) -> list[str]:
+def constraint_slices(constraint: Constraint, slices: Sequence[str]) -> list[str]:
+    """The slices a constraint applies to: all of `slices` for `slice: "*"`, else its own."""
     return list(slices) if constraint.slice == "*" else [constraint.slice]
 
 
@@ -22,7 +23,7 @@ def constraint_values(table: SliceTable, baseline: SliceTable, constraints: Sequ
     """(key, description, value) per constraint and slice; feasible iff value <= 0 (Optuna's convention)."""
     out = []
     for c in constraints:
-        for s in _slices(c, slices):
+        for s in constraint_slices(c, slices):
             key = f"{c.metric}[{s}]:{'min' if c.min is not None else 'max_drop'}"
             value = table[s][c.metric]
             if value is None:  # every search of the slice failed: nothing shows it is safe

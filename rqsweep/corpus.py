@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -126,8 +127,8 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
         where = f"memories[{i}]"
         row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
         age = row.get("age_days", 0)
-        if isinstance(age, bool) or not isinstance(age, (int, float)) or not age >= 0:
-            raise InputError(file, f"{where}.age_days", f"expected a number >= 0, got {age!r}")
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < math.inf:
+            raise InputError(file, f"{where}.age_days", f"expected a finite number >= 0, got {age!r}")
         store = row.get("store", row.get("memory", "default"))
         if not isinstance(store, str) or not store:
             raise InputError(file, f"{where}.store", f"expected a store name, got {store!r}")
@@ -150,6 +151,8 @@ def load_corpus(path: Path) -> Corpus:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(path, "", f"cannot read corpus: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:

@@ -13,16 +13,13 @@ metrics, one slice per line, so that the diff of a ranking change reads as a bef
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import polars as pl
-
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
-from rqsweep.report.render import markdown_table
-from rqsweep.report.run_folder import RunFolder, read_run_folder
+from rqsweep.results import write_text
+from rqsweep.run_folder import RunFolder, read_run_folder
 from rqsweep.space import parse_setting_id
 
 GATED_METRICS = {"recall_at_10": "recall@10", "mrr": "MRR"}
@@ -102,6 +99,29 @@ def _structure(now: Snapshot, expected: set[str]) -> list[tuple[str, str]]:
     return problems
 
 
+def _cell(column: str, value: object) -> str:
+    """A value as the gate compares it: numbers at DECIMALS places (differences signed), none as `–`."""
+    if value is None:
+        return "–"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value:+.{DECIMALS}f}" if column.endswith("Δ") else f"{value:.{DECIMALS}f}"
+    return str(value)
+
+
+def _table(rows: list[dict[str, object]]) -> str:
+    """Rows as a Markdown table padded to aligned columns (numbers right), so that it reads in a CI log too."""
+    columns = list(rows[0])
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[j]) for r in cells)]) for j, c in enumerate(columns)]
+    right = [c not in ("slice", "check") for c in columns]
+
+    def line(values: list[str]) -> str:
+        return "| " + " | ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)) + " |"
+
+    rule = "| " + " | ".join("-" * (w - 1) + ":" if r else "-" * w for w, r in zip(widths, right)) + " |"
+    return "\n".join([line(columns), rule, *map(line, cells)])
+
+
 def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, list[tuple[str, str]]]:
     """The before / after table of one reference, and the slices that fell by more than the tolerance."""
     rows, problems = [], []
@@ -128,7 +148,7 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
     header = f"Before: {before.source}, {before.setting}\nAfter:  {now.source}, {now.setting}"
     if before.golden_sha256 and before.golden_sha256 != now.golden_sha256:
         header += "\nwarning: the golden set differs between the two; a change may be the set's, not the ranking's"
-    return header + "\n" + markdown_table(pl.DataFrame(rows)), problems
+    return header + "\n" + _table(rows), problems
 
 
 def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float) -> GateResult:
@@ -196,8 +216,5 @@ def write_gate_file(run_dir: Path, path: Path) -> str | None:
     now = _snapshot(run)
     before = read_gate_file(path) if path.exists() else None
     text = gate_file_text(now, run.run_id, run.name)
-    tmp = path.with_name(f".{path.name}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_text(text)
-    os.replace(tmp, path)  # a committed file is never left half-written
+    write_text(path, text)  # atomic: a committed file is never left half-written
     return None if before is None else _compare(before, now, float("inf"))[0]

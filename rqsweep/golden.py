@@ -51,7 +51,10 @@ def _read(path: Path) -> tuple[bytes, object]:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
-    text = raw.decode("utf-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
     try:
         if path.suffix == ".jsonl":
             rows = []

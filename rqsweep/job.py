@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -13,10 +15,10 @@ from typing import Callable
 import polars as pl
 
 from rqsweep import __version__
-from rqsweep.backends.base import Backend
-from rqsweep.config import JobConfig, Objective, load_config
+from rqsweep.backends.base import QUERY_SCHEMA, Backend
+from rqsweep.config import METRICS, EmbeddedConfig, JobConfig, Objective, load_config
 from rqsweep.constraints import constraint_values, violations
-from rqsweep.corpus import load_corpus
+from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.errors import InputError, NoFeasibleSetting
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
 from rqsweep.knobs import Knobs
@@ -26,13 +28,20 @@ from rqsweep.results import LocalRunState, load_run_json, new_run_id, redact, wr
 from rqsweep.space import grid, parse_setting_id, setting_id
 from rqsweep.strategy import run_grid, run_optimize
 
-METRIC_COLUMNS = ("recall_at_5", "recall_at_10", "mrr")
 
 
 @dataclass
 class Inputs:
     config: JobConfig
     golden: GoldenSet
+    corpus: Corpus
+    corpus_sha256: str | None  # of the corpus file, when it is not inline in the golden set
+
+    @property
+    def sha256(self) -> str:
+        """Everything a run's results depend on: config, sweep space (a named file too), corpus, golden set."""
+        parts = (self.config.sha256, repr(self.config.sweep), self.corpus_sha256 or "", self.golden.sha256)
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def load_inputs(config_path: Path) -> Inputs:
@@ -40,6 +49,7 @@ def load_inputs(config_path: Path) -> Inputs:
     config = load_config(config_path)
     corpus = load_corpus(config.corpus) if config.corpus else None
     golden = load_golden(config.golden, corpus)
+    corpus_sha256 = hashlib.sha256(config.corpus.read_bytes()).hexdigest() if config.corpus else None
     slices = set(golden.slices) | {OVERALL, "*"}
     for i, c in enumerate(config.constraints):
         if c.slice not in slices:
@@ -47,7 +57,7 @@ def load_inputs(config_path: Path) -> Inputs:
                              f"{c.slice!r}: no such slice in {golden.path.name} (slices: {', '.join(golden.slices)})")
     if config.objective.slice not in slices - {"*"}:
         raise InputError(config.path, "objective.slice", f"{config.objective.slice!r}: no such slice")
-    return Inputs(config, golden)
+    return Inputs(config, golden, corpus or golden.corpus, corpus_sha256)
 
 
 def build_backend(inputs: Inputs, workers: int, log: Callable[[str], None], run_dir: Path | None = None) -> Backend:
@@ -55,8 +65,7 @@ def build_backend(inputs: Inputs, workers: int, log: Callable[[str], None], run_
     from rqsweep.config import HttpConfig
     from rqsweep.engine.index import Index
 
-    cfg, golden = inputs.config, inputs.golden
-    corpus = load_corpus(cfg.corpus) if cfg.corpus else golden.corpus
+    cfg, golden, corpus = inputs.config, inputs.golden, inputs.corpus
     if isinstance(cfg.backend, HttpConfig):
         from rqsweep.backends.http import build_http_backend
 
@@ -74,7 +83,7 @@ def _tables(metrics: pl.DataFrame) -> dict[str, dict[str, dict[str, float | None
     """setting_id -> slice -> metric -> value."""
     out: dict = {}
     for row in metrics.iter_rows(named=True):
-        out.setdefault(row["setting_id"], {})[row["slice"]] = {m: row[m] for m in (*METRIC_COLUMNS, "errors")}
+        out.setdefault(row["setting_id"], {})[row["slice"]] = {m: row[m] for m in (*METRICS, "errors")}
     return out
 
 
@@ -103,7 +112,7 @@ class Sweep:
         finished = self.state.finished()
         todo = list({setting_id(s): s for s in settings if setting_id(s) not in finished}.values())
         if not todo:
-            return self.state.rows().clear()
+            return pl.DataFrame(schema=QUERY_SCHEMA)
         rows = self.backend.evaluate(todo)
         self.state.record(rows)
         return rows
@@ -185,7 +194,7 @@ class Sweep:
             pl.lit(self.golden.sha256).alias("golden_sha256"),
         ).select(
             "run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "slice", "queries",
-            *METRIC_COLUMNS, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
+            *METRICS, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
             "evaluation_order", "config_sha256", "golden_sha256",
         ).sort("evaluation_order", "slice")
         queries = rows.with_columns(pl.lit(self.run_id).alias("run_id")).select(
@@ -242,7 +251,7 @@ def summarise(grid_frame: pl.DataFrame, best: str | None, baseline: str, objecti
         f"{'':<16}{'':>8}   {'base -> best':^17}   {'base -> best':^17}   {'base -> best':^17}",
     ]
     for s in sorted(set(base_rows) - {OVERALL}) + [OVERALL]:
-        cells = "   ".join(f"{fmt(base_rows[s][m])} -> {fmt(best_rows[s][m])}" for m in METRIC_COLUMNS)
+        cells = "   ".join(f"{fmt(base_rows[s][m])} -> {fmt(best_rows[s][m])}" for m in METRICS)
         lines.append(f"{s:<16}{base_rows[s]['queries']:>8}   {cells}")
     ties = [f"{s} {r['tie_sensitive']}" for s, r in sorted(best_rows.items())
             if s != OVERALL and r.get("tie_sensitive")]
@@ -267,15 +276,16 @@ def dry_run(config_path: Path) -> str:
         n = len(settings) + (config.baseline not in settings)
     else:
         n = sweep.n_trials + 1
-    corpus = load_corpus(config.corpus) if config.corpus else golden.corpus
+    corpus = inputs.corpus
     lines = [
         f"config {config.path} ({config.name}): valid",
         f"golden set {golden.path}: {len(golden.queries)} queries in {len(golden.slices)} slices "
         f"({', '.join(golden.slices)})",
         f"corpus: {len(corpus.documents)} documents, {len(corpus.memories)} memories",
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
-        f"searches: {len(golden.queries)} candidate extractions on the embedded backend, "
-        f"then {n * len(golden.queries)} (setting x query) evaluations",
+        f"(setting x query) evaluations: {n * len(golden.queries)}; "
+        + ("on the embedded backend, one candidate extraction per query" if isinstance(config.backend, EmbeddedConfig)
+           else "over HTTP, one search each in direct mode, about one per query in replay mode"),
     ]
     lines += [f"warning: {w}" for w in golden.warnings]
     return "\n".join(lines)
@@ -289,28 +299,35 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     config = inputs.config
     progress = Progress(0, config.name, quiet=quiet)
     now = now or datetime.now(timezone.utc)
+    started_at = now.isoformat()
     if resume is not None:
-        info = load_run_json(resume)
-        for field, value in (("config_sha256", config.sha256), ("golden_sha256", inputs.golden.sha256)):
-            if info.get(field) != value:
-                raise InputError(resume / "run.json", field,
-                                 f"{info.get(field)!r} differs from the current inputs' {value!r}: "
-                                 "the config or golden set changed since this run started")
-        run_dir, run_id = resume, info["run_id"]
+        previous = load_run_json(resume)
+        if previous.get("inputs_sha256") != inputs.sha256:
+            raise InputError(resume / "run.json", "inputs_sha256",
+                             f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
+                             "the config, sweep, corpus or golden set changed since this run started")
+        run_dir, run_id, started_at = resume, previous["run_id"], previous.get("started_at", started_at)
     else:
         run_id = new_run_id(config.sha256, inputs.golden.sha256, now)
         run_dir = (output_dir or config.output_dir) / config.name / run_id
         run_dir.mkdir(parents=True, exist_ok=False)
-    info = {
-        "run_id": run_id, "name": config.name, "status": "running", "started_at": now.isoformat(),
-        "config_path": str(config.path), "config": redact(config.raw), "config_sha256": config.sha256,
-        "golden_path": str(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
-        "versions": _versions(), "warnings": list(inputs.golden.warnings),
-    }
-    write_json(run_dir / "run.json", info)
     for w in inputs.golden.warnings:
         progress.log(f"warning: {w}")
-    backend = build_backend(inputs, workers or config.workers, progress.log, run_dir)
+    try:
+        backend = build_backend(inputs, config.workers if workers is None else workers, progress.log, run_dir)
+    except BaseException:
+        if resume is None:  # nothing was evaluated: leave no half-made run folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    info = {
+        "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
+        "config_path": str(config.path), "config": redact(config.raw), "config_sha256": config.sha256,
+        "golden_path": str(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
+        "inputs_sha256": inputs.sha256, "versions": _versions(), "warnings": list(inputs.golden.warnings),
+    }
+    if resume is not None:
+        info["resumed_at"] = now.isoformat()
+    write_json(run_dir / "run.json", info)
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     try:
@@ -331,7 +348,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         knobs = parse_setting_id(sid)
         return {"setting_id": sid, "rrf_k": knobs.rrf_k, "min_similarity": knobs.min_similarity,
                 "recency_half_life_days": knobs.recency_half_life_days,
-                "slices": {r["slice"]: {k: r[k] for k in ("queries", *METRIC_COLUMNS, "errors", "tie_sensitive")}
+                "slices": {r["slice"]: {k: r[k] for k in ("queries", *METRICS, "errors", "tie_sensitive")}
                            for r in rows.iter_rows(named=True)}}
 
     info.update({

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
 # SOAT's defaults: k = 60 (the literature default), no similarity floor, recency blend off.
 DEFAULT_RRF_K = 60
 

@@ -1,4 +1,6 @@
-"""Retrieval metrics (section 7): first relevant rank, recall@5, recall@10, MRR; per slice and overall.
+"""Retrieval metrics: first relevant rank, recall@5, recall@10, MRR; per slice and overall.
+
+Conventions: section 7 of the SOAT contract (shared/docs/soat-knowledge-search.md).
 
 Positions are raw result positions. A failed search is not a miss: its row carries an error and no
 metric, it is left out of every average, and the setting's `errors` count says so.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -15,20 +14,17 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rqsweep.backends.base import QUERY_SCHEMA
+from rqsweep.config import SECRET_KEY
 from rqsweep.errors import InputError
 
-_SECRET = re.compile(r"token|password|secret|^api_key$|authorization", re.IGNORECASE)
 
-QUERY_SCHEMA = {
-    "setting_id": pl.String, "query_id": pl.String, "slice": pl.String, "rank": pl.Int64,
-    "recall_at_5": pl.Float64, "recall_at_10": pl.Float64, "error": pl.String, "tie_sensitive": pl.Boolean,
-}
 
 
 def redact(value: object) -> object:
     """A copy of a config with every secret-looking key's value replaced."""
     if isinstance(value, dict):
-        return {k: ("***" if _SECRET.search(str(k)) and v is not None else redact(v)) for k, v in value.items()}
+        return {k: ("***" if SECRET_KEY.search(str(k)) and v is not None else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
@@ -54,8 +50,13 @@ def _atomic(path: Path, write) -> None:
         raise
 
 
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically: a temporary file in the same folder, fsynced, then renamed."""
+    _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def write_json(path: Path, data: object) -> None:
-    _atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, default=str) + "\n"))
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
@@ -90,9 +91,11 @@ class LocalRunState:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self._parts = sorted(folder.glob("part-*.parquet"))
+        # Kept in memory too: optimisers ask for rows of finished settings after every batch.
+        self._rows = [pl.read_parquet(p).cast(QUERY_SCHEMA) for p in self._parts]
         self._finished = set()
-        for part in self._parts:
-            self._finished.update(pq.read_table(part, columns=["setting_id"]).column(0).to_pylist())
+        for rows in self._rows:
+            self._finished.update(rows["setting_id"].unique().to_list())
 
     def finished(self) -> set[str]:
         return set(self._finished)
@@ -101,14 +104,16 @@ class LocalRunState:
         if rows.is_empty():
             return
         path = self.folder / f"part-{len(self._parts):06d}.parquet"
-        write_parquet(path, rows.select(list(QUERY_SCHEMA)))
+        rows = rows.select(list(QUERY_SCHEMA)).cast(QUERY_SCHEMA)
+        write_parquet(path, rows)
         self._parts.append(path)
+        self._rows.append(rows)
         self._finished.update(rows["setting_id"].unique().to_list())
 
     def rows(self) -> pl.DataFrame:
-        if not self._parts:
+        if not self._rows:
             return pl.DataFrame(schema=QUERY_SCHEMA)
-        return pl.concat([pl.read_parquet(p) for p in self._parts]).cast(QUERY_SCHEMA)
+        return pl.concat(self._rows)
 
 
 def load_run_json(run_dir: Path) -> dict:

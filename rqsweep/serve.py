@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
-from rqsweep.config import EmbeddedConfig, load_config
+from rqsweep.backends.http.mapping import SEARCH_PATH
+from rqsweep.config import EmbeddedConfig, JobConfig, load_config
 from rqsweep.corpus import Chunking, load_corpus
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, Knobs
 from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
 
-SEARCH_PATH = "/api/v1/knowledge/search"
 MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "recency_half_life_days", "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
 # Releases before the hybrid ranking: no rrf_k, recency or include flags; older names for the rest.
@@ -435,13 +435,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def build_server(config_path: Path, *, clock: datetime | None = None, accounts: Accounts | None = None,
+def _engine(config: JobConfig) -> EmbeddedConfig:
+    """The config's embedded engine settings; a config for another backend gets the embedded defaults."""
+    return config.backend if isinstance(config.backend, EmbeddedConfig) else EmbeddedConfig()
+
+
+def build_server(config: JobConfig, *, clock: datetime | None = None, accounts: Accounts | None = None,
                  old_server: bool = False, faults: Faults | None = None, die_after: int | None = None) -> SoatServer:
     """A server over an empty store with the config's engine settings (embedded defaults otherwise)."""
     from rqsweep.backends.embedded import build_embedder
 
-    config = load_config(config_path)
-    engine = config.backend if isinstance(config.backend, EmbeddedConfig) else EmbeddedConfig()
+    engine = _engine(config)
     store = SoatStore(build_embedder(engine), frozen_clock(clock) if clock else system_clock, engine.tie_order)
     return SoatServer(store, accounts or Accounts(), old_server=old_server, faults=faults, die_after=die_after)
 
@@ -461,19 +465,21 @@ def main(argv: list[str]) -> int:
         clock = datetime.fromisoformat(args.clock) if args.clock else None
         if clock is not None and clock.tzinfo is None:
             clock = clock.replace(tzinfo=timezone.utc)
-        server = build_server(args.config, clock=clock, accounts=accounts, old_server=args.old_server,
+        config = load_config(args.config)
+        server = build_server(config, clock=clock, accounts=accounts, old_server=args.old_server,
                               faults=Faults(args.fault_rate, kinds, args.fault_seed, args.retry_after,
                                             args.slow_seconds, args.fault_all_routes), die_after=args.die_after)
         if args.preload:
-            config = load_config(args.config)
             if config.corpus is None:
                 print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)
                 return 2
-            engine = config.backend if isinstance(config.backend, EmbeddedConfig) else EmbeddedConfig()
-            ids = server.store.preload(load_corpus(config.corpus), engine.chunking, config.name)
+            ids = server.store.preload(load_corpus(config.corpus), _engine(config).chunking, config.name)
             args.preload.write_text(json.dumps(ids, indent=2) + "\n")
         url = server.start(args.host, args.port)
-    except (RqsweepError, ValueError, OSError) as exc:
+    except RqsweepError as exc:
+        print(f"rqsweep serve: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (ValueError, OSError) as exc:  # a malformed --clock; a port in use or an unwritable --preload file
         print(f"rqsweep serve: {exc}", file=sys.stderr)
         return 2
     print(f"listening on {url}", flush=True)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from rqsweep.corpus import Chunking, Corpus, Document, Memory, chunk_document
-from rqsweep.engine.channels import TieOrder
+from rqsweep.corpus import Chunking, Corpus, Document, Memory, chunk_document, memory_updated_at
+from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.cosine import cosine_distance
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Index, SearchResult
@@ -173,7 +173,7 @@ class SoatStore:
                     ids["memory_stores"][m.store] = self.create_memory_store(project_id, m.store,
                                                                              duplicate_threshold=2.0).id
                 _, memory = self.create_memory(ids["memory_stores"][m.store], m.content, m.tags,
-                                               updated_at=now - timedelta(milliseconds=round(m.age_days * 86_400_000)))
+                                               updated_at=memory_updated_at(m, now))
                 ids["memories"][m.key] = memory.id
             return ids
 

@@ -10,6 +10,7 @@ from typing import Iterator
 import polars as pl
 import yaml
 
+from rqsweep.config import load_config
 from rqsweep.serve import Accounts, Faults, SoatServer, build_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def http_backend(url: str, **extra) -> dict:
 @contextlib.contextmanager
 def serving(config: Path, *, faults: Faults | None = None, old_server: bool = False,
             clock: datetime = CLOCK) -> Iterator[SoatServer]:
-    server = build_server(config, clock=clock, accounts=Accounts("admin", PASSWORD), old_server=old_server,
+    server = build_server(load_config(config), clock=clock, accounts=Accounts("admin", PASSWORD), old_server=old_server,
                           faults=faults)
     server.start()
     try:

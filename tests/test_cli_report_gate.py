@@ -36,7 +36,7 @@ def sweep_writes(monkeypatch, tmp_path):
     def use(slices, feasible=True):
         run_dir = _run(tmp_path / "current", slices)
 
-        def fake_run(config, **_):
+        def fake_run(_config, **_):
             if not feasible:
                 raise NoFeasibleSetting("No feasible setting among 2 evaluated.", run_dir)
             return SimpleNamespace(run_dir=run_dir, summary="summary of the run")
@@ -47,7 +47,7 @@ def sweep_writes(monkeypatch, tmp_path):
     return use
 
 
-def test_report_command_rebuilds_the_report(tmp_path, previous, capsys):
+def test_report_command_rebuilds_the_report(previous, capsys):
     assert main(["report", str(previous)]) == 0
     assert (previous / "report.html").exists()
     assert "Best feasible setting: rrf_k=20" in (previous / "report.md").read_text()
@@ -87,7 +87,7 @@ def test_gate_file_round_trip_through_the_command_line(tmp_path, previous, capsy
     assert main(["gate", str(worse), "--gate-file", str(gate_file)]) == 0
 
 
-def test_run_writes_the_report_then_gates(tmp_path, previous, sweep_writes, capsys):
+def test_run_writes_the_report_then_gates(previous, sweep_writes, capsys):
     run_dir = sweep_writes(GOOD)
     assert main(["config.yaml", "--compare", str(previous)]) == 0
     out = capsys.readouterr().out
@@ -95,19 +95,19 @@ def test_run_writes_the_report_then_gates(tmp_path, previous, sweep_writes, caps
     assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()
 
 
-def test_run_with_a_regression_exits_5(tmp_path, previous, sweep_writes, capsys):
+def test_run_with_a_regression_exits_5(previous, sweep_writes, capsys):
     sweep_writes(WORSE)
     assert main(["config.yaml", "--compare", str(previous)]) == EXIT_GATE_FAILED
     assert "Gate FAILED: freshness" in capsys.readouterr().out
 
 
 def test_run_refuses_a_missing_reference_before_searching(tmp_path, monkeypatch):
-    monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("the run should not start"))
+    monkeypatch.setattr(job, "run", lambda *_, **__: pytest.fail("the run should not start"))
     assert main(["config.yaml", "--compare", str(tmp_path / "nowhere")]) == 2
     assert main(["config.yaml", "--gate-file", str(tmp_path / "missing.json")]) == 2
 
 
-def test_run_without_a_feasible_setting_still_writes_the_report(tmp_path, previous, sweep_writes, capsys):
+def test_run_without_a_feasible_setting_still_writes_the_report(tmp_path, sweep_writes, capsys):
     run_dir = sweep_writes(GOOD, feasible=False)
     gate_file = tmp_path / "gate.json"
     assert main(["config.yaml", "--gate-file", str(gate_file), "--update-gate-file"]) == 4
@@ -118,6 +118,6 @@ def test_run_without_a_feasible_setting_still_writes_the_report(tmp_path, previo
 
 def test_dry_run_makes_no_search(monkeypatch, capsys):
     monkeypatch.setattr(job, "dry_run", lambda config: f"would sweep {config}")
-    monkeypatch.setattr(job, "run", lambda *a, **k: pytest.fail("a dry run must not search"))
+    monkeypatch.setattr(job, "run", lambda *_, **__: pytest.fail("a dry run must not search"))
     assert main(["config.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"

@@ -3,6 +3,7 @@ keeps what finished, and `--resume` completes it once the server is back."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rqsweep import cli, job
+from rqsweep import cli, job, serve
 from rqsweep.backends.http import backend as http_backend_module
 from rqsweep.backends.http.auth import Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient, retry_after_seconds
@@ -98,7 +99,7 @@ def test_a_429_waits_at_least_its_retry_after_and_other_4xx_are_never_retried(tm
     write_corpus(tmp_path)
     with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
         server.faults = Faults(1.0, kinds=("429",), retry_after=1)
-        client = SoatClient(Target(server.url, None, "admin", None, "test"), retries=3, backoff=0.001)
+        client = SoatClient(Target(server.url, None, "admin", None), retries=3, backoff=0.001)
         client.session._token = None
         threading.Timer(0.2, lambda: setattr(server, "faults", Faults())).start()
         started = time.monotonic()
@@ -110,3 +111,17 @@ def test_a_429_waits_at_least_its_retry_after_and_other_4xx_are_never_retried(tm
     assert retry_after_seconds("3") == 3.0
     assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert retry_after_seconds("soon") is None
+
+
+def test_serve_exits_with_the_code_of_its_error(tmp_path, capsys):
+    write_corpus(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on: the embedder cannot be reached
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    unreachable = write_config(tmp_path, "ollama", EMBEDDED | {"embedder": {
+        "kind": "ollama", "model": "nomic-embed-text", "base_url": f"http://127.0.0.1:{closed}", "timeout": 2}})
+    ids = tmp_path / "ids.json"
+    assert serve.main([str(unreachable), "--port", "0", "--preload", str(ids)]) == 3  # a backend failure
+    assert "ollama embeddings" in capsys.readouterr().err and not ids.exists()
+    assert serve.main([str(tmp_path / "missing.yaml"), "--port", "0"]) == 2  # invalid input
+    assert serve.main([str(unreachable), "--port", "0", "--clock", "yesterday"]) == 2

@@ -7,9 +7,8 @@ import json
 import pytest
 
 from rqsweep import cli, job
-from rqsweep.backends.http.mapping import Dialect, ResponseShapeError, parse_hits
+from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, ResponseShapeError, parse_hits
 from rqsweep.corpus import Chunking, load_corpus
-from rqsweep.serve import SEARCH_PATH
 from tests.http_support import EMBEDDED, PASSWORD, comparable, serving, write_config, write_corpus
 
 FLOOR_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [None, 0.2, 0.4]}}}

@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from rqsweep import cli
+from rqsweep.backends.http.auth import resolve_target
+from rqsweep.config import HttpConfig, load_config
 from rqsweep.corpus import Chunking, load_corpus
+from rqsweep.errors import InputError
 from rqsweep.serve import Accounts
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
 
@@ -87,3 +90,75 @@ def test_serve_accepts_a_confined_api_key_only_in_its_project(tmp_path):
     assert ok.status_code == 200
     assert denied.status_code == 403 and denied.json()["error"]["code"] == "API_KEY_PROJECT_SCOPE"
     assert admin_only.status_code == 403
+
+
+# --- base URLs carry no secrets; missing credentials are input errors (exit 2) ----------------------------
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("https://ci-user:pw-Qx7-in-the-url@soat.example.com", "pw-Qx7-in-the-url"),
+    ("https://soat.example.com/?token=tok-Qx7-in-the-query", "tok-Qx7-in-the-query"),
+    ("https://soat.example.com/#tok-Qx7-in-the-fragment", "tok-Qx7-in-the-fragment"),
+    ("htps://ci-user:pw-Qx7-bad-scheme@soat.example.com", "pw-Qx7-bad-scheme"),
+])
+def test_a_base_url_with_a_secret_is_refused_at_config_time_without_echoing_it(tmp_path, capsys, url, secret):
+    write_corpus(tmp_path)
+    config = write_config(tmp_path, "leaky", {"kind": "http", "base_url": url})
+    with pytest.raises(InputError) as exc:
+        load_config(config)
+    assert exc.value.where == "backend.base_url" and secret not in str(exc.value)
+    assert cli.main([str(config), "--output-dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "backend.base_url" in err and secret not in err
+    assert not (tmp_path / "out").exists()  # refused before a run folder (run.json, Parquet) exists
+
+
+def _target(backend: dict, env: dict, profiles: Path):
+    """resolve_target for a `backend` section of job.yaml (as HttpConfig fields), an environment and a profile file."""
+    return resolve_target(HttpConfig(**backend), Path("job.yaml"), env, profiles)
+
+
+def test_a_base_url_with_a_secret_from_the_environment_or_a_profile_is_refused(tmp_path):
+    profiles = tmp_path / "config.json"
+    profiles.write_text(json.dumps({"ci": {"baseUrl": "https://soat.example.com?key=sk_live_in_profile"}}))
+    with pytest.raises(InputError) as exc:
+        _target({}, {"SOAT_BASE_URL": "https://admin:pw-env-secret@soat.example.com"}, profiles)
+    assert (exc.value.file, exc.value.where) == ("environment", "SOAT_BASE_URL")
+    assert "pw-env-secret" not in str(exc.value) and "soat.example.com" in str(exc.value)
+    with pytest.raises(InputError) as exc:
+        _target({"profile": "ci"}, {}, profiles)
+    assert (exc.value.file, exc.value.where) == (str(profiles), "ci.baseUrl")
+    assert "sk_live_in_profile" not in str(exc.value)
+    clean = _target({"profile": "ci"}, {"SOAT_BASE_URL": "https://soat.example.com/"}, profiles)
+    assert clean.base_url == "https://soat.example.com"  # the environment comes before the profile
+
+
+def test_missing_profile_base_url_or_password_name_where_to_set_them(tmp_path):
+    missing = tmp_path / "no-such" / "config.json"
+    cases = [
+        ({"profile": "ci"}, {}, missing, ("job.yaml", "backend.profile"), f"{missing} does not exist"),
+        ({}, {"SOAT_PROFILE": "ci"}, missing, ("environment", "SOAT_PROFILE"), "'ci'"),
+        ({}, {}, missing, ("job.yaml", "backend.base_url"), "SOAT_BASE_URL"),
+        ({"base_url": "https://soat.example.com", "username": "admin"}, {}, missing,
+         ("job.yaml", "backend.password"), "SOAT_PASSWORD"),
+    ]
+    for backend, env, profiles, (file, where), words in cases:
+        with pytest.raises(InputError) as exc:
+            _target(backend, env, profiles)
+        assert (exc.value.file, exc.value.where) == (file, where) and words in exc.value.problem
+    profiles = tmp_path / "config.json"
+    profiles.write_text(json.dumps({"default": {"baseUrl": "https://soat.example.com"}}))
+    with pytest.raises(InputError, match=r"backend.profile: 'ci': .* has no such profile \(it has: 'default'\)"):
+        _target({"profile": "ci"}, {}, profiles)
+    profiles.write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        _target({}, {}, profiles)
+
+
+def test_a_missing_password_exits_2_naming_the_config(tmp_path, monkeypatch, capsys):
+    write_corpus(tmp_path)
+    monkeypatch.delenv("SOAT_PASSWORD", raising=False)
+    config = write_config(tmp_path, "nopassword", http_backend("http://127.0.0.1:9"))
+    assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 2
+    assert f"{config}: backend.password: backend.username 'admin'" in capsys.readouterr().err
+    assert not any((tmp_path / "out").rglob("run.json"))

@@ -53,6 +53,29 @@ def test_config_errors_name_file_key_and_value(tmp_path, override, where, words)
     assert words in err.problem
 
 
+def test_secret_values_are_never_echoed(tmp_path):
+    err = error_of(write_job(tmp_path, backend={
+        "kind": "embedded", "embedder": {"kind": "openai", "model": "m", "base_url": "https://user:hunter2@h.example"}}))
+    assert err.where == "backend.embedder.base_url" and "hunter2" not in str(err)
+    from rqsweep.config import Section
+
+    leak = Section({"password": 12345678}, tmp_path / "x.yaml", "backend").fail("password", 12345678, "expected str")
+    assert "12345678" not in str(leak) and "backend.password" in str(leak)
+
+
+def test_undecodable_and_infinite_inputs_are_input_errors(tmp_path):
+    config = write_job(tmp_path)
+    (tmp_path / "golden.yaml").write_bytes(b"- {id: a, slice: s, query: \xff\xfe, expected: doc-vpn}\n")
+    assert "not UTF-8" in error_of(config).problem
+    write_job(tmp_path)
+    text = (tmp_path / "corpus.yaml").read_text().replace("age_days: 400.0", "age_days: .inf")
+    (tmp_path / "corpus.yaml").write_text(text)
+    err = error_of(config)
+    assert err.where == "memories[0].age_days" and "finite" in err.problem
+    (tmp_path / "corpus.yaml").write_bytes(b"documents: []\nmemories: [{key: m, content: \xff}]\n")
+    assert "not UTF-8" in error_of(config).problem
+
+
 def test_yaml_syntax_error_names_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("name: [unclosed\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from rqsweep import job
 from rqsweep.corpus import Chunking, load_corpus
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.index import Index
-from rqsweep.errors import NoFeasibleSetting
+from rqsweep.errors import InputError, NoFeasibleSetting, RqsweepError
 from rqsweep.golden import load_golden
 from rqsweep.space import parse_setting_id
 from tests.minijob import write_job
@@ -142,8 +141,16 @@ def test_other_samplers_run_under_constraints(tmp_path, sampler):
                                                 "recency_half_life_days": {"values": [0, 1, 30]}},
              "optimize": {"sampler": sampler, "n_trials": 10, "seed": 1}}
     outcome = job.run(write_job(tmp_path / "job", sweep=sweep), quiet=True, output_dir=tmp_path / "out")
-    assert 2 <= outcome.grid["setting_id"].n_unique() <= 11  # trials may repeat a setting; baseline added
-    assert outcome.best is not None
+    import optuna
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(outcome.run_dir / "state" / "optuna.journal")))
+    trials = optuna.load_study(study_name="rqsweep", storage=storage).get_trials()
+    assert len(trials) == 10 and all(t.constraints for t in trials)
+    proposed = {(t.params["rrf_k"], float(t.params["recency_half_life_days"])) for t in trials}
+    evaluated = set(outcome.grid["setting_id"].unique().to_list())
+    assert evaluated == {f"k{k}_moff_h{h!r}" for k, h in proposed} | {"k60_moff_h0.0"}
+    assert outcome.best in evaluated
 
 
 def _run_cli(args, **kwargs):
@@ -195,9 +202,43 @@ def test_resume_refuses_changed_inputs(tmp_path):
     config = write_job(tmp_path / "job")
     outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
     write_job(tmp_path / "job", workers=2)  # the config file changes
-    with pytest.raises(Exception) as err:
+    with pytest.raises(InputError) as err:
         job.run(config, quiet=True, resume=outcome.run_dir)
-    assert "config_sha256" in str(err.value) and "changed" in str(err.value)
+    assert err.value.exit_code == 2 and err.value.where == "inputs_sha256" and "changed" in err.value.problem
+
+
+def test_resume_refuses_a_changed_corpus_or_named_sweep(tmp_path):
+    sweeps = tmp_path / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "tiny.yaml").write_text("strategy: grid\nknobs:\n  rrf_k: {values: [1, 60]}\n")
+    config = write_job(tmp_path / "configs", sweep="tiny")
+    outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    (sweeps / "tiny.yaml").write_text("strategy: grid\nknobs:\n  rrf_k: {values: [1, 5, 60]}\n")
+    with pytest.raises(InputError, match="sweep, corpus or golden set changed"):
+        job.run(config, quiet=True, resume=outcome.run_dir)
+    (sweeps / "tiny.yaml").write_text("strategy: grid\nknobs:\n  rrf_k: {values: [1, 60]}\n")
+    corpus = tmp_path / "configs" / "corpus.yaml"
+    corpus.write_text(corpus.read_text().replace("nightly", "weekly"))
+    with pytest.raises(InputError, match="changed"):
+        job.run(config, quiet=True, resume=outcome.run_dir)
+
+
+def test_resume_keeps_the_original_start_time(tmp_path):
+    config = write_job(tmp_path / "job")
+    outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    before = json.loads((outcome.run_dir / "run.json").read_text())
+    job.run(config, quiet=True, resume=outcome.run_dir)
+    after = json.loads((outcome.run_dir / "run.json").read_text())
+    assert after["started_at"] == before["started_at"] and "resumed_at" in after
+
+
+def test_a_backend_that_cannot_start_leaves_no_run_folder(tmp_path, monkeypatch):
+    config = write_job(tmp_path / "job", backend={
+        "kind": "embedded", "embedder": {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9"}})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with pytest.raises(RqsweepError):
+        job.run(config, quiet=True, output_dir=tmp_path / "out")
+    assert not list((tmp_path / "out").glob("mini/*"))
 
 
 def test_cli_exit_codes(tmp_path):
@@ -206,14 +247,16 @@ def test_cli_exit_codes(tmp_path):
     stdout, _ = ok.communicate(timeout=120)
     assert ok.returncode == 0
     assert "Best feasible setting" in stdout and "overall" in stdout
+    zero = _run_cli([str(config), "--workers", "0"])
+    _, stderr = zero.communicate(timeout=60)
+    assert zero.returncode == 2 and "--workers" in stderr and "must be >= 1" in stderr
     bad = write_job(tmp_path / "bad", baseline={"rrf_k": 0})
     proc = _run_cli([str(bad), "--quiet"])
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "job.yaml: baseline.rrf_k: 0: must be an integer >= 1" in stderr
-    env = dict(os.environ)
     infeasible = write_job(tmp_path / "inf", constraints=[{"metric": "mrr", "slice": "*", "min": 1.0}])
-    proc = _run_cli([str(infeasible), "--quiet", "--output-dir", str(tmp_path / "out")], env=env)
+    proc = _run_cli([str(infeasible), "--quiet", "--output-dir", str(tmp_path / "out")])
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 4
     assert "No feasible setting" in stdout + stderr
@@ -228,6 +271,12 @@ def test_parallel_workers_give_the_serial_rows(tmp_path, monkeypatch):
     settings = [parse_setting_id(s) for s in ("k1_moff_h0.0", "k5_m0.2_h30.0", "k60_m0.1_h1.0", "k20_moff_h365.0",
                                               "k2_m0.3_h0.5")]
     serial = job.build_backend(inputs, 1, lambda _: None).evaluate(settings)
-    parallel = job.build_backend(inputs, 2, lambda _: None).evaluate(settings)
-    assert parallel.equals(serial)
+    # Two parallel backends in one process, each with its own worker pool and plans.
+    for _ in range(2):
+        backend = job.build_backend(inputs, 2, lambda _: None)
+        try:
+            assert backend.evaluate(settings).equals(serial)
+            assert backend.evaluate(settings[:2]).equals(serial.head(20))
+        finally:
+            backend.close()
     assert serial.height == len(settings) * 10

@@ -11,9 +11,9 @@ import pytest
 from rqsweep.errors import InputError
 from rqsweep.report import write_report
 from rqsweep.report.recency import ranks_lost, recency_cost
-from rqsweep.report.run_folder import read_run_folder
 from rqsweep.report.significance import paired_differences, paired_test, significance_table
 from rqsweep.report.tables import best_vs_baseline, infeasible_groups, knob_table
+from rqsweep.run_folder import read_run_folder
 from tests.runfolders import CONFIG, query_rows, write_run
 
 BASE, BEST = "k60_moff_h0.0", "k5_moff_h30.0"

@@ -8,11 +8,17 @@ import polars as pl
 
 from rqsweep.knobs import Knobs
 
+# One row per (setting, query): what every backend returns and the run state keeps.
+QUERY_SCHEMA = {
+    "setting_id": pl.String, "query_id": pl.String, "slice": pl.String, "rank": pl.Int64,
+    "recall_at_5": pl.Float64, "recall_at_10": pl.Float64, "error": pl.String, "tie_sensitive": pl.Boolean,
+}
+
 
 class Backend(Protocol):
     """Evaluates the golden set under each setting.
 
-    `evaluate` returns one row per (setting, query) with the columns of `results.QUERY_SCHEMA`:
+    `evaluate` returns one row per (setting, query) with the columns of `QUERY_SCHEMA`:
     the first relevant rank and recalls, or an error message for a search that failed.
     """
 

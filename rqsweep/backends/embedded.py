@@ -7,18 +7,18 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
-from joblib.externals.loky import get_reusable_executor
+from joblib.externals.loky import ProcessPoolExecutor
 
+from rqsweep.backends.base import QUERY_SCHEMA
 from rqsweep.config import EmbeddedConfig
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
-from rqsweep.engine.channels import TIE_ORDERS
 from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
 from rqsweep.engine.index import Index
+from rqsweep.engine.pgsort import TIE_ORDERS
 from rqsweep.engine.scope import Scope
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank
-from rqsweep.results import QUERY_SCHEMA
 from rqsweep.space import setting_id
 
 _MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
@@ -60,7 +60,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
-    checkpoint_every = 2000  # seconds of work at most, even on large golden sets
+    checkpoint_every = 2000  # settings: a few seconds of work, even on large golden sets
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1):
         self.golden, self.limit, self.workers = golden, limit, workers
@@ -72,6 +72,7 @@ class EmbeddedBackend:
                 plans[order].append(index.plan(q.query, keys, limit, scope, order, vector))
         self.plans = plans[index.tie_order]
         self.alternates = plans[next(o for o in TIE_ORDERS if o != index.tie_order)]
+        self._pool: ProcessPoolExecutor | None = None
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
@@ -79,11 +80,12 @@ class EmbeddedBackend:
         if workers == 1 or len(settings) * len(self.plans) < _MIN_PARALLEL_WORK:
             parts = [_score(self.plans, self.alternates, batch, self.limit)]
         else:
-            # Workers keep the plans from their start-up; each task carries only its settings.
-            pool = get_reusable_executor(max_workers=workers, initializer=_install,
-                                         initargs=(self.plans, self.alternates, self.limit))
+            if self._pool is None:
+                # Workers keep the plans from their start-up; each task carries only its settings.
+                self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_install,
+                                                 initargs=(self.plans, self.alternates, self.limit))
             step = -(-len(settings) // workers)
-            parts = list(pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
+            parts = list(self._pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
         rank = np.concatenate([p[0] for p in parts]).astype(np.int64)
         tie = np.concatenate([p[2] for p in parts])
         expected = np.array([len(q.expected) for q in self.golden.queries], dtype=np.float64)
@@ -104,14 +106,16 @@ class EmbeddedBackend:
         }, schema=QUERY_SCHEMA)
 
     def close(self) -> None:
-        pass
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
 
 def build_embedder(config: EmbeddedConfig) -> Embedder:
     """The configured embedder, behind the on-disk vector cache when the config names one."""
     e = config.embedder
     if e.kind == "feature-hash":
-        embedder: Embedder = FeatureHashEmbedder(e.dimensions or 1024)
+        embedder: Embedder = FeatureHashEmbedder(e.dimensions)
     elif e.kind == "openai":
         embedder = OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
                                   dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout)

@@ -1,4 +1,6 @@
-"""Candidates per store and channel (section 2, steps 2 to 4), and the shard merge.
+"""Candidates per store and channel, and the shard merge.
+
+Section 2, steps 2 to 4, of the SOAT contract (shared/docs/soat-knowledge-search.md).
 
 None of this depends on `rrf_k`, the half-life or the similarity floor, so a query's candidates are
 computed once and re-fused for every setting.
@@ -7,16 +9,12 @@ computed once and re-fused for every setting.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 
 from rqsweep.engine.cosine import cosine_top
-from rqsweep.engine.pgsort import insertion_top, postgres_top
+from rqsweep.engine.pgsort import TieOrder, insertion_top, postgres_top
 from rqsweep.engine.tsearch import LexicalIndex
 
-TieOrder = Literal["postgres", "insertion"]
-TIE_ORDERS: tuple[TieOrder, ...] = ("postgres", "insertion")
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,10 @@ Each squared norm depends on its own vector only, so a row's norm can be compute
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 import numpy as np
 
-from rqsweep.engine.pgsort import insertion_top_approx, postgres_top_approx
-
-TieOrder = Literal["postgres", "insertion"]
+from rqsweep.engine.pgsort import TieOrder, insertion_top_approx, postgres_top_approx
 
 _LANES = 8
 _HALF = _LANES // 2

@@ -44,14 +44,21 @@ def reciprocal_rank_fusion(vector: Sequence[Candidate], lexical: Sequence[Candid
     return sorted(fused, key=lambda f: -f.score)
 
 
+def recency_factor(age_days: float, half_life_days: float) -> float:
+    """SOAT's recency multiplier 2^(-age/half-life); 1 when the blend is off (half-life 0) or age <= 0."""
+    if half_life_days <= 0 or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
+        return 1.0
+    return 2.0 ** (-age_days / half_life_days)
+
+
 def recency_blend(fused: Sequence[Fused], memory_age_days: Sequence[float], half_life_days: float) -> list[Fused]:
-    """Decay memory scores by 2^(-age/half-life); documents and future timestamps untouched; stable re-sort."""
+    """Decay memory scores by `recency_factor`; documents and future timestamps untouched; stable re-sort."""
     if half_life_days <= 0:
         return list(fused)
     out = []
     for f in fused:
         age = memory_age_days[f.row] if f.source_type == "memory" else 0.0
-        score = f.score * 2.0 ** (-age / half_life_days) if age > 0 else f.score
+        score = f.score * recency_factor(age, half_life_days)  # x 1.0 is exact: no age, no change
         out.append(Fused(f.source_type, f.row, score, f.vector_position, f.lexical_position))
     return sorted(out, key=lambda f: -f.score)
 

@@ -12,11 +12,12 @@ import numpy as np
 from rqsweep.corpus import Chunking, Corpus, chunk_document, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import (
-    Candidates, TieOrder, lexical_channel, merge_shards, vector_channel,
+    Candidates, lexical_channel, merge_shards, vector_channel,
 )
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
+from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.scope import Scope, tags_contain
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.knobs import Knobs

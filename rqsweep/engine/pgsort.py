@@ -26,8 +26,13 @@ earlier, or spills to disk for very large limits).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
+
+# How rows with equal keys are ordered: as PostgreSQL's sort leaves them, or in insertion order.
+TieOrder = Literal["postgres", "insertion"]
+TIE_ORDERS: tuple[TieOrder, ...] = ("postgres", "insertion")
 
 # Maps row indices to their exact keys (float64 or float32 values, NaN allowed).
 ExactKeys = Callable[[np.ndarray], np.ndarray]

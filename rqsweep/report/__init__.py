@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rqsweep.report import document
 from rqsweep.report.render import to_html, to_markdown
-from rqsweep.report.run_folder import read_run_folder
+from rqsweep.results import write_text
+from rqsweep.run_folder import read_run_folder
 
 __all__ = ["write_report"]
 
@@ -19,6 +20,6 @@ def write_report(run_dir: Path) -> tuple[Path, Path]:
     run = read_run_folder(run_dir)
     blocks = document.build(run)
     md, page = run_dir / "report.md", run_dir / "report.html"
-    md.write_text(to_markdown(blocks))
-    page.write_text(to_html(blocks, f"rqsweep report: {run.name} {run.run_id}"))
+    write_text(md, to_markdown(blocks))
+    write_text(page, to_html(blocks, f"rqsweep report: {run.name} {run.run_id}"))
     return md, page

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import polars as pl
 
-from rqsweep.config import KNOBS
 from rqsweep.golden import OVERALL
+from rqsweep.knobs import KNOBS
 from rqsweep.report import plots
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
-from rqsweep.report.run_folder import RunFolder
 from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import METRIC_LABELS, best_vs_baseline, chosen_row, infeasible_groups, knob_label, knob_table
+from rqsweep.run_folder import RunFolder
 from rqsweep.space import parse_setting_id
 
 

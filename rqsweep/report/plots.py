@@ -11,10 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator
 
-from rqsweep.config import KNOBS
 from rqsweep.golden import OVERALL
-from rqsweep.report.run_folder import RunFolder
+from rqsweep.knobs import KNOBS
 from rqsweep.report.tables import knob_label
+from rqsweep.run_folder import RunFolder
 from rqsweep.space import parse_setting_id
 
 _DPI = 100

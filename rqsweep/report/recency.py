@@ -6,6 +6,8 @@ import math
 
 import polars as pl
 
+from rqsweep.engine.fusion import recency_factor
+
 AGES_DAYS = (1, 7, 30, 90, 365)
 _SHOWN_UP_TO = 1_000_000  # beyond this a count is astronomically past any real result list
 
@@ -15,11 +17,6 @@ ASSUMPTION = (
     "fresh memories); a competitor passes it when 1/(k+r) > f/(k+1), i.e. r < (k+1)/f - k. A result found by both "
     "channels, or decayed competitors, lose fewer ranks; a real list holds at most 2 x limit items per channel."
 )
-
-
-def decay_factor(age_days: float, half_life_days: float) -> float:
-    """SOAT's recency multiplier 2^(-age/h) (h = 0: blend off, factor 1)."""
-    return 1.0 if half_life_days <= 0 or age_days <= 0 else 2.0 ** (-age_days / half_life_days)
 
 
 def ranks_lost(rrf_k: int, factor: float) -> int:
@@ -34,7 +31,7 @@ def ranks_lost(rrf_k: int, factor: float) -> int:
 
 def recency_cost(rrf_k: int, half_life_days: float, limit: int, ages: tuple[float, ...] = AGES_DAYS) -> pl.DataFrame:
     """Per memory age: the decay factor, the ranks a top result loses, and whether it stays in the top `limit`."""
-    factors = [decay_factor(a, half_life_days) for a in ages]
+    factors = [recency_factor(a, half_life_days) for a in ages]
     lost = [ranks_lost(rrf_k, f) for f in factors]
     return pl.DataFrame({
         "memory age (days)": list(ages),

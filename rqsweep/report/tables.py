@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import polars as pl
 
-from rqsweep.config import KNOBS, Constraint
-from rqsweep.constraints import constraint_values
+from rqsweep.constraints import constraint_slices, constraint_values
 from rqsweep.golden import OVERALL
+from rqsweep.knobs import KNOBS
 from rqsweep.report.render import format_cell
-from rqsweep.report.run_folder import RunFolder
+from rqsweep.run_folder import RunFolder
 from rqsweep.space import parse_setting_id
 
 METRIC_LABELS = {"recall_at_5": "recall@5", "recall_at_10": "recall@10", "mrr": "MRR"}
@@ -65,10 +66,6 @@ def chosen_row(table: pl.DataFrame, run: RunFolder, knob: str) -> int:
     return table[knob].to_list().index(label)
 
 
-def _per_slice(c: Constraint, slices: list[str]) -> list[Constraint]:
-    return [Constraint(c.metric, s, c.min, c.max_drop) for s in (slices if c.slice == "*" else [c.slice])]
-
-
 def infeasible_groups(run: RunFolder) -> pl.DataFrame:
     """Infeasible settings grouped by the slice and the constraint they violate, largest group first.
 
@@ -89,7 +86,7 @@ def infeasible_groups(run: RunFolder) -> pl.DataFrame:
         if table[OVERALL]["errors"]:
             groups[("all", "complete: no failed searches")].append(sid)
         for c in run.constraints:
-            for one in _per_slice(c, slices):
+            for one in (replace(c, slice=s) for s in constraint_slices(c, slices)):
                 if any(v > 0 for _, _, v in constraint_values(table, baseline, [one], slices)):
                     groups[(one.slice, one.describe())].append(sid)
     tempting = f"highest {METRIC_LABELS[metric]} on {objective_slice} among them"

@@ -5,6 +5,10 @@ else `SOAT_TOKEN`, else the profile's `token`; with `backend.username` the job l
 from `backend.password` or `SOAT_PASSWORD`). Profiles live in `~/.soat/config.json`, keyed by name, each
 `{baseUrl, token}`, chosen by `backend.profile`, then `SOAT_PROFILE`, then `default`. A token starting
 `sk_` is an API key; nothing else differs for the client.
+
+What is missing or malformed here is an input problem (InputError, exit 2) naming where it was set: the
+job config, the environment, or the profile file. Base URLs never carry secrets (user info, a query, a
+fragment): they reach logs, run.json, Parquet metadata and error messages.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from rqsweep.config import HttpConfig
-from rqsweep.errors import BackendError
+from rqsweep.config import HttpConfig, url_problem
+from rqsweep.errors import BackendError, InputError
 
 PROFILES = Path("~/.soat/config.json")
 LOGIN_PATH = "/api/v1/users/login"
+ENVIRONMENT = "environment"  # the `file` of an InputError about an environment variable
 
 
 class Secret:
@@ -48,53 +53,62 @@ class Target:
     token: Secret | None
     username: str | None
     password: Secret | None
-    source: str  # where the base URL came from, for messages
-
-    @property
-    def is_api_key(self) -> bool:
-        return self.token is not None and self.token.reveal().startswith("sk_")
 
 
-def _profile(name: str | None, env: Mapping[str, str], path: Path) -> tuple[str, dict]:
+def _profile(name: str | None, config_file: Path, env: Mapping[str, str], path: Path) -> tuple[str, dict, Path]:
+    """(chosen name, its entry or {}, the profile file); a profile asked for by name must exist."""
     chosen = name or env.get("SOAT_PROFILE") or "default"
+    requested_at = ((config_file, "backend.profile") if name else
+                    (ENVIRONMENT, "SOAT_PROFILE") if env.get("SOAT_PROFILE") else None)
     path = path.expanduser()
     if not path.exists():
-        if name or env.get("SOAT_PROFILE"):
-            raise BackendError(f"SOAT profile {chosen!r} requested but {path} does not exist")
-        return chosen, {}
+        if requested_at:
+            raise InputError(*requested_at, f"{chosen!r}: no such SOAT profile, {path} does not exist")
+        return chosen, {}, path
     try:
         profiles = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BackendError(f"{path}: cannot read SOAT profiles ({type(exc).__name__})") from None
-    entry = profiles.get(chosen) if isinstance(profiles, dict) else None
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read SOAT profiles: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(profiles, dict):
+        raise InputError(path, "", "expected an object {profile name: {baseUrl, token}}")
+    entry = profiles.get(chosen)
     if entry is None:
-        if name or env.get("SOAT_PROFILE"):
-            raise BackendError(f"{path}: no profile named {chosen!r}")
-        return chosen, {}
+        if requested_at:
+            raise InputError(*requested_at, f"{chosen!r}: {path} has no such profile "
+                                            f"(it has: {', '.join(map(repr, profiles)) or 'none'})")
+        return chosen, {}, path
     if not isinstance(entry, dict):
-        raise BackendError(f"{path}: profile {chosen!r} is not an object with baseUrl and token")
-    return chosen, entry
+        raise InputError(path, chosen, "expected an object {baseUrl, token}")
+    return chosen, entry, path
 
 
-def resolve_target(config: HttpConfig, env: Mapping[str, str] = os.environ, profiles: Path = PROFILES) -> Target:
-    """Base URL and credentials from the config, the environment and the profile file, in that order."""
-    name, profile = _profile(config.profile, env, profiles)
-    candidates = [(config.base_url, "backend.base_url"), (env.get("SOAT_BASE_URL"), "SOAT_BASE_URL"),
-                  (profile.get("baseUrl"), f"profile {name!r}")]
-    base_url, source = next(((u, s) for u, s in candidates if u), (None, ""))
+def resolve_target(config: HttpConfig, config_file: Path, env: Mapping[str, str] = os.environ,
+                   profiles: Path = PROFILES) -> Target:
+    """Base URL and credentials from the config, the environment and the profile file, in that order.
+
+    `config_file` is the job config the `backend` section came from, named by errors about its keys.
+    """
+    name, profile, profile_file = _profile(config.profile, config_file, env, profiles)
+    candidates = [(config.base_url, config_file, "backend.base_url"),
+                  (env.get("SOAT_BASE_URL"), ENVIRONMENT, "SOAT_BASE_URL"),
+                  (profile.get("baseUrl"), profile_file, f"{name}.baseUrl")]
+    base_url, file, key = next((c for c in candidates if c[0]), (None, config_file, "backend.base_url"))
     if not base_url:
-        raise BackendError("no SOAT base URL: set backend.base_url, SOAT_BASE_URL or a profile's baseUrl "
-                           f"in {PROFILES}")
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise BackendError(f"SOAT base URL from {source} is not an http(s) URL: {base_url!r}")
+        raise InputError(file, key, f"no SOAT base URL: set backend.base_url, SOAT_BASE_URL or a profile's "
+                                    f"baseUrl in {PROFILES}")
+    problem = "expected a string" if not isinstance(base_url, str) else url_problem(base_url)
+    if problem:
+        raise InputError(file, key, problem)
     if config.username:
         password = config.password or env.get("SOAT_PASSWORD")
         if not password:
-            raise BackendError(f"backend.username {config.username!r} needs a password: backend.password or "
-                               "SOAT_PASSWORD")
-        return Target(base_url.rstrip("/"), None, config.username, Secret(password), source)
+            raise InputError(config_file, "backend.password", f"backend.username {config.username!r} logs in and "
+                                                              "needs a password: set backend.password or SOAT_PASSWORD")
+        return Target(base_url.rstrip("/"), None, config.username, Secret(password))
     token = config.token or env.get("SOAT_TOKEN") or profile.get("token")
-    return Target(base_url.rstrip("/"), Secret(token) if token else None, None, None, source)
+    return Target(base_url.rstrip("/"), Secret(token) if token else None, None, None)
 
 
 class Session:

@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import polars as pl
 
+from rqsweep.backends.base import QUERY_SCHEMA
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.direct import Outcome, Searcher
@@ -21,7 +22,6 @@ from rqsweep.engine.scope import Scope
 from rqsweep.errors import BackendError, InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
-from rqsweep.results import QUERY_SCHEMA
 from rqsweep.space import setting_id
 
 Log = Callable[[str], None]
@@ -139,7 +139,7 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
     if http.mode != "direct" and http.replay_limit < config.limit:
         raise InputError(config.path, "backend.replay_limit",
                          f"{http.replay_limit!r}: must be >= search.limit ({config.limit})")
-    target = resolve_target(http)
+    target = resolve_target(http, config.path)
     client = SoatClient(target, max_in_flight=http.max_in_flight, requests_per_second=http.requests_per_second,
                         timeout=http.timeout, retries=http.retries, backoff=http.backoff,
                         max_consecutive_failures=http.max_consecutive_failures, verify_tls=http.verify_tls)

@@ -14,8 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed
-from rqsweep.config import KNOBS
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import KNOBS, Knobs
 
 SEARCH_PATH = "/api/v1/knowledge/search"
 

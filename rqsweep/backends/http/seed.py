@@ -35,9 +35,6 @@ class IdMap:
     def document(self, key: str) -> str:
         return self.documents.get(key, key)
 
-    def memory(self, key: str) -> str:
-        return self.memories.get(key, key)
-
     def memory_store(self, name: str) -> str:
         return self.memory_stores.get(name, name)
 

@@ -1,4 +1,6 @@
-"""SOAT's eval stand-in embedder: feature hashing, bit-exact to the JavaScript (docs section 4).
+"""SOAT's eval stand-in embedder: feature hashing, bit-exact to the JavaScript.
+
+Section 4 of the SOAT contract (shared/docs/soat-knowledge-search.md).
 
 The JavaScript works on UTF-16 strings, so this module does too: a *unit string* below is a Python str
 holding one UTF-16 code unit per character (an astral character becomes its two surrogates), which makes

@@ -66,11 +66,6 @@ class LexicalIndex:
         self._group_row = self._entry_row[starts]
         self._lex_groups = np.searchsorted(lex[starts], np.arange(len(vocab) + 1)).astype(np.int64)
 
-    @property
-    def vocabulary_size(self) -> int:
-        """Number of distinct lexemes."""
-        return len(self._vocab)
-
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
 

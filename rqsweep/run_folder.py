@@ -1,4 +1,7 @@
-"""A finished run read back from its Parquet files: the grid, the per-query table and the job config."""
+"""A finished run read back from its Parquet files: the grid, the per-query table and the job config.
+
+Shared by what reads finished runs: the report and the gate.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,9 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from rqsweep.config import Constraint
+from rqsweep.engine.index import DEFAULT_LIMIT
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
-
-DEFAULT_LIMIT = 10  # SOAT's eval searches with limit 10; a config without `search.limit` means that
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class RunFolder:
 
     @property
     def limit(self) -> int:
+        # SOAT's default limit: what a config without `search.limit` searched with.
         return int((self.config.get("search") or {}).get("limit", DEFAULT_LIMIT))
 
     @cached_property
