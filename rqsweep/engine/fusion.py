@@ -48,6 +48,7 @@ def recency_factor(age_days: float, half_life_days: float) -> float:
     """SOAT's recency multiplier 2^(-age/half-life); 1 when the blend is off (half-life 0) or age <= 0."""
     if half_life_days <= 0 or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
         return 1.0
+    # The C library's pow, as Node 24's Math.pow (SOAT's runtime); Node 20-23 round some values differently.
     return 2.0 ** (-age_days / half_life_days)
 
 
