@@ -8,7 +8,7 @@ order). The recency blend then re-sorts stably, so the final order is (decayed s
 fused position ascending), and an item's final position is one plus the number of items before it.
 
 Arithmetic follows SOAT's: `1/(rrf_k + r)` per list, V's term added before L's, the decay factor
-`2 ** (-age / half_life)` multiplied in only for memories older than zero days.
+`recency.recency_factor` (1 for documents and for memories not older than zero days).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from rqsweep.engine.channels import Candidates
+from rqsweep.engine.recency import recency_factor
 from rqsweep.knobs import Knobs
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
@@ -133,9 +134,8 @@ def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> 
     decays = plan.age_days > 0
     hs = settings.distinct_half_life
     if decays.any() and (hs > 0).any():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            factor = np.where(decays[None, :] & (hs[:, None] > 0),
-                              2.0 ** (-plan.age_days[None, :] / hs[:, None]), 1.0)
+        ages = plan.age_days.tolist()
+        factor = np.array([[recency_factor(a, h) for a in ages] for h in hs.tolist()])
         blended = np.flatnonzero(hs[settings.h_index] > 0)
         for start in range(0, len(blended), _BLOCK):
             block = blended[start : start + _BLOCK]

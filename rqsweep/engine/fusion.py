@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rqsweep.engine.channels import Candidate, Candidates
+from rqsweep.engine.recency import recency_factor
 from rqsweep.knobs import Knobs
 
 
@@ -42,14 +43,6 @@ def reciprocal_rank_fusion(vector: Sequence[Candidate], lexical: Sequence[Candid
             positions.setdefault(ident, [None, None])[channel] = position
     fused = [Fused(st, row, s, *positions[(st, row)]) for (st, row), s in scores.items()]
     return sorted(fused, key=lambda f: -f.score)
-
-
-def recency_factor(age_days: float, half_life_days: float) -> float:
-    """SOAT's recency multiplier 2^(-age/half-life); 1 when the blend is off (half-life 0) or age <= 0."""
-    if half_life_days <= 0 or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
-        return 1.0
-    # The C library's pow, as Node 24's Math.pow (SOAT's runtime); Node 20-23 round some values differently.
-    return 2.0 ** (-age_days / half_life_days)
 
 
 def recency_blend(fused: Sequence[Fused], memory_age_days: Sequence[float], half_life_days: float) -> list[Fused]:

@@ -6,7 +6,7 @@ import math
 
 import polars as pl
 
-from rqsweep.engine.fusion import recency_factor
+from rqsweep.engine.recency import recency_factor
 
 AGES_DAYS = (1, 7, 30, 90, 365)
 _SHOWN_UP_TO = 1_000_000  # beyond this a count is astronomically past any real result list

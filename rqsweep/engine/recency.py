@@ -1,0 +1,19 @@
+"""The recency blend's multiplier: where `recency_half_life_days` acts on a memory's score."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1 << 16)
+def recency_factor(age_days: float, half_life_days: float) -> float:
+    """SOAT's multiplier 2^(-age/half-life); 1 when the blend is off (half-life 0) or age <= 0.
+
+    Computed with the C library's pow, as Node 24's `Math.pow` (SOAT's runtime) does: numpy's
+    vectorised power (SVML on AVX-512) and Node 20-23's fdlibm port round some values differently,
+    so both paths of the engine call this one function. Cached: a run asks for the same few
+    hundred (age, half-life) pairs again and again.
+    """
+    if half_life_days <= 0 or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
+        return 1.0
+    return 2.0 ** (-age_days / half_life_days)
