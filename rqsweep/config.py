@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import hashlib
-import re
 import importlib.util
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
 from urllib.parse import urlsplit
 
-import yaml
-
 from rqsweep.corpus import Chunking
 from rqsweep.engine.scope import Scope
 from rqsweep.errors import InputError
+from rqsweep.files import read_data
 from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
 
 METRICS = ("recall_at_5", "recall_at_10", "mrr")
@@ -228,17 +227,6 @@ class JobConfig:
     output_dir: Path
 
 
-def _read_yaml(path: Path) -> tuple[bytes, object]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read: {exc.strerror}") from None
-    try:
-        return raw, yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise InputError(path, "", f"not valid YAML: {exc}") from None
-
-
 def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
     values = sec.get(key, list, check=lambda v: len(v) > 0, rule="expected a non-empty list")
     out = []
@@ -291,7 +279,7 @@ def _sweep_file(name: str, config: Path) -> Path:
 def _sweep(value: object, config: Path) -> SweepConfig:
     if isinstance(value, str):
         file = _sweep_file(value, config)
-        _, data = _read_yaml(file)
+        _, data = read_data(file, "sweep")
         source = value
     else:
         file, data, source = config, value, "inline"
@@ -431,7 +419,7 @@ def _scope(sec: Section) -> Scope:
 def load_config(path: Path) -> JobConfig:
     """Read and validate a job config; relative paths in it are relative to the config file."""
     path = Path(path)
-    raw_bytes, data = _read_yaml(path)
+    raw_bytes, data = read_data(path, "config")
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
         "objective", "constraints", "workers", "output_dir",

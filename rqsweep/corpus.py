@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal, Mapping
 
-import yaml
-
 from rqsweep.errors import InputError
+from rqsweep.files import read_data
 
 ChunkStrategy = Literal["whole", "size"]
 
@@ -147,15 +145,6 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
 
 def load_corpus(path: Path) -> Corpus:
     """Read a corpus file in rqsweep's format (YAML or JSON with `documents` and `memories`)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read corpus: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise InputError(path, "", f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    _, data = read_data(path, "corpus")
     data = _known_fields(data, {"documents", "memories"}, path, "")
     return corpus_from_rows(data.get("documents", []), data.get("memories", []), path)

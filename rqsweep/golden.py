@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from rqsweep.corpus import Corpus, corpus_from_rows
 from rqsweep.errors import InputError
+from rqsweep.files import read_data
 
 OVERALL = "overall"
 SourceType = Literal["document", "memory"]
@@ -44,30 +42,6 @@ class GoldenSet:
     @cached_property
     def slices(self) -> list[str]:
         return sorted({q.slice for q in self.queries})
-
-
-def _read(path: Path) -> tuple[bytes, object]:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
-    try:
-        if path.suffix == ".jsonl":
-            rows = []
-            for n, line in enumerate(text.splitlines(), 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise InputError(path, f"line {n}", f"not valid JSON: {exc.msg}") from None
-            return raw, rows
-        return raw, (json.loads(text) if path.suffix == ".json" else yaml.safe_load(text))
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise InputError(path, "", f"not valid {path.suffix.lstrip('.').upper() or 'YAML'}: {exc}") from None
 
 
 def _string(row: dict, name: str, path: Path, where: str) -> str:
@@ -129,7 +103,7 @@ def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
     Every expected key must exist, ids must be unique and slice names non-empty; duplicate
     query texts are allowed but reported in `warnings`.
     """
-    raw, data = _read(path)
+    raw, data = read_data(path, "golden set")
     inline = None
     if isinstance(data, dict) and "queries" in data:
         c = data.get("corpus")

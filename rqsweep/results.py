@@ -19,8 +19,6 @@ from rqsweep.config import SECRET_KEY
 from rqsweep.errors import InputError
 
 
-
-
 def redact(value: object) -> object:
     """A copy of a config with every secret-looking key's value replaced."""
     if isinstance(value, dict):

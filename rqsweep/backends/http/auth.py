@@ -13,7 +13,6 @@ fragment): they reach logs, run.json, Parquet metadata and error messages.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Callable, Mapping
 
 from rqsweep.config import HttpConfig, url_problem
 from rqsweep.errors import BackendError, InputError
+from rqsweep.files import read_data
 
 PROFILES = Path("~/.soat/config.json")
 LOGIN_PATH = "/api/v1/users/login"
@@ -65,12 +65,7 @@ def _profile(name: str | None, config_file: Path, env: Mapping[str, str], path: 
         if requested_at:
             raise InputError(*requested_at, f"{chosen!r}: no such SOAT profile, {path} does not exist")
         return chosen, {}, path
-    try:
-        profiles = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read SOAT profiles: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    _, profiles = read_data(path, "SOAT profiles")
     if not isinstance(profiles, dict):
         raise InputError(path, "", "expected an object {profile name: {baseUrl, token}}")
     entry = profiles.get(chosen)

@@ -8,7 +8,6 @@ ages cannot be seeded: SOAT stamps `updated_at` with the write time.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -17,6 +16,7 @@ from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.config import SeedConfig
 from rqsweep.corpus import Corpus
 from rqsweep.errors import BackendError, InputError
+from rqsweep.files import read_data
 from rqsweep.results import write_json
 
 SEED_FILE = "seed.json"
@@ -40,12 +40,7 @@ class IdMap:
 
     @classmethod
     def load(cls, path: Path) -> "IdMap":
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise InputError(path, "", f"cannot read the key -> id map: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise InputError(path, "", f"not valid JSON: {exc.msg}") from None
+        _, data = read_data(path, "the key -> id map")
         if not isinstance(data, dict):
             raise InputError(path, "", "expected an object {project_id?, documents, memories, memory_stores?}")
         for key in ("documents", "memories", "memory_stores"):
