@@ -45,7 +45,7 @@ def _answer(index: Index, query: str, fetched_limit: int, stores: tuple[str, ...
     for r in index.search(query, NEUTRAL, fetched_limit, scope, now=index.now):
         item = r.chunk_id if r.source_type == "document" else r.key
         hits.append(Hit(r.source_type, r.key, item, r.similarity_score, r.signals.get("vector"),
-                        r.signals.get("lexical"), round(r.updated_at.timestamp() * 1000) or now_ms, True))
+                        r.signals.get("lexical"), round(r.updated_at.timestamp() * 1000) or now_ms))
     return Answer(hits, fetched_limit, stores)
 
 
@@ -87,7 +87,7 @@ def test_whatever_replay_claims_is_exact(seed):
 
 def _hit(i: int, vector: int | None, lexical: int | None, similarity: float | None = None,
          source: str = "document") -> Hit:
-    return Hit(source, f"t{i}", f"c{i}", similarity, vector, lexical, 0, True)
+    return Hit(source, f"t{i}", f"c{i}", similarity, vector, lexical, 0)
 
 
 def test_a_cut_answer_proves_a_list_complete_only_when_a_missing_item_would_have_outranked_the_last():

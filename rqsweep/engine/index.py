@@ -52,14 +52,18 @@ class Store:
     def __post_init__(self) -> None:
         self.norms = squared_norms(self.vectors)
 
-    def rows_in_scope(self, scope: Scope) -> np.ndarray | None:
-        """Row numbers visible under `scope` (ascending), or None when every row is."""
+    def in_scope(self, scope: Scope) -> tuple[np.ndarray, np.ndarray | None]:
+        """The rows visible under `scope` (ascending) and their mask, None when every row is visible.
+
+        Cached per scope: every query of a run asks again.
+        """
         key = scope.key()
         if key not in self._scopes:
-            self._scopes[key] = self._select(scope)
+            keep = self._select(scope)
+            self._scopes[key] = (np.flatnonzero(keep), None if keep.all() else keep)
         return self._scopes[key]
 
-    def _select(self, scope: Scope) -> np.ndarray | None:
+    def _select(self, scope: Scope) -> np.ndarray:
         include = scope.include_documents if self.source_type == "document" else scope.include_memories
         keep = np.full(len(self.ids), include, dtype=bool)
         for i in range(len(self.ids)):
@@ -72,7 +76,7 @@ class Store:
                     keep[i] = self.keys[i] in scope.document_keys
                 if keep[i] and scope.document_paths is not None:
                     keep[i] = any(self.paths[i].startswith(p) for p in scope.document_paths)
-        return None if keep.all() else np.flatnonzero(keep)
+        return keep
 
 
 @dataclass(frozen=True)
@@ -142,16 +146,11 @@ class Index:
             query_vector = self.embed_queries([query])[0]
         per_channel: dict[str, list] = {"vector": [], "lexical": []}
         for source_type, store in self.stores.items():
-            rows = store.rows_in_scope(scope)
-            all_rows = np.arange(len(store.ids)) if rows is None else rows
-            in_scope = None
-            if rows is not None:
-                in_scope = np.zeros(len(store.ids), dtype=bool)
-                in_scope[rows] = True
+            rows, mask = store.in_scope(scope)
             per_channel["vector"].append(
-                vector_channel(source_type, store.vectors, store.norms, all_rows, query_vector, limit, tie_order))
+                vector_channel(source_type, store.vectors, store.norms, rows, query_vector, limit, tie_order))
             per_channel["lexical"].append(
-                lexical_channel(source_type, store.lexical, in_scope, query, limit, tie_order))
+                lexical_channel(source_type, store.lexical, mask, query, limit, tie_order))
         return Candidates(merge_shards(*per_channel["vector"]), merge_shards(*per_channel["lexical"]))
 
     def search(self, query: str, knobs: Knobs = Knobs(), limit: object = DEFAULT_LIMIT, scope: Scope = Scope(),

@@ -84,7 +84,6 @@ class Hit:
     vector: int | None  # 1-based position in the merged vector list (signals.vector)
     lexical: int | None  # 1-based position in the merged lexical list (signals.lexical)
     updated_at_ms: int | None
-    has_signals: bool
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -136,7 +135,7 @@ def _hit(row: object, i: int, dialect: Dialect) -> Hit:
         source_type, target, chunk if isinstance(chunk, str) and chunk else None,
         None if similarity is None or not math.isfinite(similarity) else float(similarity),
         _position(signals, "vector", where), _position(signals, "lexical", where),
-        _timestamp_ms(row.get("updated_at"), where), "signals" in row,
+        _timestamp_ms(row.get("updated_at"), where),
     )
 
 
