@@ -46,3 +46,27 @@ def violations(table: SliceTable, baseline: SliceTable, constraints: Sequence[Co
     if errors:
         found.insert(0, ("incomplete", f"incomplete: {errors} failed searches"))
     return found
+
+
+def choose_best(order: Sequence[str], tables: Mapping[str, SliceTable], baseline_id: str, objective_metric: str,
+                objective_slice: str, constraints: Sequence[Constraint], slices: Sequence[str],
+                errors: Mapping[str, int]) -> tuple[str | None, dict[str, list[tuple[str, str]]]]:
+    """The best feasible setting among `order` (None when none is), and each setting's violations.
+
+    Highest objective wins; equal objectives keep the earlier setting in `order`, except that the
+    baseline wins a tie: no knob should move without a measured gain. A setting whose objective has
+    no successful search cannot be best.
+    """
+    baseline = tables[baseline_id]
+    verdicts: dict[str, list[tuple[str, str]]] = {}
+    best, best_value = None, None
+    for sid in order:
+        table = tables[sid]
+        found = violations(table, baseline, constraints, slices, errors.get(sid, 0))
+        verdicts[sid] = found
+        value = table[objective_slice][objective_metric]
+        if found or value is None:
+            continue
+        if best_value is None or value > best_value or (value == best_value and sid == baseline_id):
+            best, best_value = sid, value
+    return best, verdicts
