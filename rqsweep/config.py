@@ -7,16 +7,14 @@ import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from rqsweep.corpus import Chunking
-from rqsweep.engine.scope import Scope
 from rqsweep.errors import InputError
 from rqsweep.files import read_data
 from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
+from rqsweep.scope import Scope
 
-METRICS = ("recall_at_5", "recall_at_10", "mrr")
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 _MISSING = object()
 # Config keys whose values are secrets: never echoed in errors, redacted in run.json and Parquet.
@@ -112,6 +110,15 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """How documents are cut into chunks (section 5 of the SOAT contract)."""
+
+    strategy: Literal["whole", "size"] = "size"
+    chunk_size: int = 1000
+    chunk_overlap: int = 200
+
+
+@dataclass(frozen=True)
 class EmbedderConfig:
     kind: Literal["feature-hash", "openai", "ollama"] = "feature-hash"
     dimensions: int | None = 1024
@@ -124,6 +131,7 @@ class EmbedderConfig:
 
 @dataclass(frozen=True)
 class EmbeddedConfig:
+    kind: ClassVar[str] = "embedded"
     embedder: EmbedderConfig = EmbedderConfig()
     chunking: Chunking = Chunking()
     tie_order: Literal["postgres", "insertion"] = "postgres"
@@ -142,6 +150,8 @@ class SeedConfig:
 @dataclass(frozen=True)
 class HttpConfig:
     """A running SOAT over HTTP (`backend.kind: http`); see docs/http-backend.md."""
+
+    kind: ClassVar[str] = "http"
 
     base_url: str | None = None  # else SOAT_BASE_URL, else the profile's baseUrl
     profile: str | None = None  # ~/.soat/config.json entry; else SOAT_PROFILE, else "default"
@@ -223,6 +233,8 @@ class JobConfig:
     baseline: Knobs
     objective: Objective
     constraints: tuple[Constraint, ...]
+    metrics: tuple[str, ...] | None  # `metrics:`; None = the default set. Names are checked against the registry
+    # by the job (rqsweep.metrics sits downstream of the config)
     workers: int
     output_dir: Path
 
@@ -319,13 +331,23 @@ def _constraints(sec_list: object, file: Path) -> tuple[Constraint, ...]:
     out = []
     for i, item in enumerate(sec_list):
         sec = Section(item, file, f"constraints[{i}]").only("metric", "slice", "min", "max_drop")
-        metric = sec.choice("metric", METRICS)
+        metric = sec.get("metric", str)
         lo = sec.get("min", (int, float), None, lambda v: 0 <= v <= 1, "must be in [0, 1]")
         drop = sec.get("max_drop", (int, float), None, lambda v: 0 <= v <= 1, "must be in [0, 1]")
         if (lo is None) == (drop is None):
             raise InputError(file, sec.path, "give exactly one of `min` (a floor) or `max_drop` (vs the baseline)")
         out.append(Constraint(metric, sec.get("slice", str, "*"), lo, drop))
     return tuple(out)
+
+
+def _metric_names(top: Section) -> tuple[str, ...] | None:
+    names = top.get("metrics", list, None, lambda v: len(v) > 0, "expected a non-empty list of metric names")
+    if names is None:
+        return None
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise InputError(top.file, f"metrics[{i}]", f"{name!r}: expected a metric name")
+    return tuple(dict.fromkeys(names))
 
 
 def _embedded(sec: Section) -> EmbeddedConfig:
@@ -422,7 +444,7 @@ def load_config(path: Path) -> JobConfig:
     raw_bytes, data = read_data(path, "config")
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
-        "objective", "constraints", "workers", "output_dir",
+        "objective", "constraints", "metrics", "workers", "output_dir",
     )
     base = path.parent
     corpus = top.get("corpus", str, None)
@@ -452,8 +474,9 @@ def load_config(path: Path) -> JobConfig:
         scope=_scope(search),
         sweep=_sweep(sweep_value, path),
         baseline=baseline,
-        objective=Objective(obj.choice("metric", METRICS, "mrr"), obj.get("slice", str, "overall")),
+        objective=Objective(obj.get("metric", str, "mrr"), obj.get("slice", str, "overall")),
         constraints=_constraints(top.data.get("constraints"), path),
+        metrics=_metric_names(top),
         workers=top.get("workers", int, 1, lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)"),
         output_dir=(base / out).resolve(),
     )

@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import Mapping
 
+from rqsweep.config import Chunking
 from rqsweep.errors import InputError
 from rqsweep.files import read_data
 
-ChunkStrategy = Literal["whole", "size"]
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,6 @@ class Corpus:
 
     def keys(self) -> set[str]:
         return {d.key for d in self.documents} | {m.key for m in self.memories}
-
-
-@dataclass(frozen=True)
-class Chunking:
-    strategy: ChunkStrategy = "size"
-    chunk_size: int = 1000
-    chunk_overlap: int = 200
 
 
 @dataclass(frozen=True)

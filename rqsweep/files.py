@@ -1,10 +1,16 @@
-"""Reading the files users hand rqsweep: one place for their I/O, encoding and syntax errors."""
+"""File I/O in one place: reading the files users hand rqsweep (with their encoding and syntax errors), and
+writing every output atomically."""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 
 from rqsweep.errors import InputError
@@ -42,3 +48,37 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
         return raw, yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(path, "", f"not valid YAML: {exc}") from None
+
+
+def _atomic(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write a text file atomically: a temporary file in the same folder, fsynced, then renamed."""
+    _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def write_json(path: Path, data: object) -> None:
+    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+    table = frame.to_arrow()
+    # polars writes large_string; plain string reads everywhere (older readers included).
+    table = table.cast(pa.schema([
+        pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in table.schema
+    ]))
+    if metadata:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+    _atomic(path, lambda tmp: pq.write_table(table, tmp))

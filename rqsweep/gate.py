@@ -16,14 +16,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from rqsweep import metrics
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
-from rqsweep.results import write_text
+from rqsweep.files import write_text
 from rqsweep.run_folder import RunFolder, read_run_folder
-from rqsweep.space import parse_setting_id
 
-GATED_METRICS = {"recall_at_10": "recall@10", "mrr": "MRR"}
-FILE_METRICS = ("queries", "recall_at_5", "recall_at_10", "mrr")
+GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
+FILE_METRICS = ("queries", *metrics.DEFAULT_METRICS)
 DECIMALS = 4
 GATE_FILE_FORMAT = 1
 
@@ -55,7 +55,7 @@ def _rounded(value: float | None) -> float | None:
 def _snapshot(run: RunFolder) -> Snapshot:
     rows = run.slice_rows(run.chosen)
     note = "" if run.best else " (no feasible setting: the baseline)"
-    return Snapshot(f"run {run.run_id}", parse_setting_id(run.chosen).label() + note, rows[OVERALL]["golden_sha256"],
+    return Snapshot(f"run {run.run_id}", run.label(run.chosen) + note, rows[OVERALL]["golden_sha256"],
                     {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices})
 
 
@@ -75,11 +75,11 @@ def read_gate_file(path: Path) -> Snapshot:
     slices = data.get("slices") if isinstance(data, dict) else None
     if not isinstance(slices, dict) or not slices:
         raise InputError(path, "slices", "missing: expected {slice: {metric: value}}")
-    for name, metrics in slices.items():
-        if not isinstance(metrics, dict):
-            raise InputError(path, f"slices.{name}", f"{metrics!r}: expected {{metric: value}}")
+    for name, values in slices.items():
+        if not isinstance(values, dict):
+            raise InputError(path, f"slices.{name}", f"{values!r}: expected {{metric: value}}")
         for m in GATED_METRICS:
-            value = metrics.get(m)
+            value = values.get(m)
             if value is not None and not isinstance(value, (int, float)):
                 raise InputError(path, f"slices.{name}.{m}", f"{value!r}: expected a number or null")
     return Snapshot(f"gate file {path}", str(data.get("setting", "?")), str(data.get("golden_sha256", "")), slices)
@@ -89,9 +89,9 @@ def _structure(now: Snapshot, expected: set[str]) -> list[tuple[str, str]]:
     problems = []
     for s in sorted(expected - now.slices.keys()):
         problems.append((s, f"{s}: no metric in this run (the slice is gone)"))
-    for s, metrics in now.slices.items():
-        missing = [label for m, label in GATED_METRICS.items() if metrics.get(m) is None]
-        zero = [label for m, label in GATED_METRICS.items() if _rounded(metrics.get(m)) == 0]
+    for s, values in now.slices.items():
+        missing = [label for m, label in GATED_METRICS.items() if values.get(m) is None]
+        zero = [label for m, label in GATED_METRICS.items() if _rounded(values.get(m)) == 0]
         if missing:
             problems.append((s, f"{s}: no {' or '.join(missing)} (every search of the slice failed)"))
         if zero:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
@@ -38,6 +39,9 @@ def check_half_life(value: object) -> float:
     return float(value)
 
 
+_ID = re.compile(r"k(\d+)_m(off|[^_]+)_h(.+)")
+
+
 @dataclass(frozen=True)
 class Knobs:
     """One setting of the knobs. `min_similarity=None` is no floor; half-life 0 is no recency blend."""
@@ -47,9 +51,32 @@ class Knobs:
     recency_half_life_days: float = 0.0
 
     def __post_init__(self) -> None:
+        floor = check_min_similarity(self.min_similarity)
+        # `+ 0.0` folds -0.0 into 0.0: equal settings must have one id.
         object.__setattr__(self, "rrf_k", check_rrf_k(self.rrf_k))
-        object.__setattr__(self, "min_similarity", check_min_similarity(self.min_similarity))
-        object.__setattr__(self, "recency_half_life_days", check_half_life(self.recency_half_life_days))
+        object.__setattr__(self, "min_similarity", None if floor is None else floor + 0.0)
+        object.__setattr__(self, "recency_half_life_days", check_half_life(self.recency_half_life_days) + 0.0)
+
+    @property
+    def id(self) -> str:
+        """The setting's canonical id, e.g. `k60_moff_h0.0`: each value in its shortest round-tripping form,
+        `off` for no floor. Equal settings have equal ids; `Knobs.from_id` inverts it."""
+        floor = "off" if self.min_similarity is None else repr(self.min_similarity)
+        return f"k{self.rrf_k}_m{floor}_h{self.recency_half_life_days!r}"
+
+    @classmethod
+    def from_id(cls, text: str) -> "Knobs":
+        """The setting an `id` names; ValueError when `text` is not one."""
+        match = _ID.fullmatch(text)
+        if match is None:
+            raise ValueError(f"not a setting id: {text!r} (expected e.g. k60_moff_h0.0)")
+        k, floor, half_life = match.groups()
+        return cls(int(k), None if floor == "off" else float(floor), float(half_life))
+
+    def columns(self) -> dict[str, int | float | None]:
+        """The knob values by name: what per-setting and per-query rows carry beside the id."""
+        return {"rrf_k": self.rrf_k, "min_similarity": self.min_similarity,
+                "recency_half_life_days": self.recency_half_life_days}
 
     def label(self) -> str:
         floor = "off" if self.min_similarity is None else f"{self.min_similarity:g}"

@@ -1,22 +1,26 @@
-"""Run folders: resumable state, and the Parquet grid, per-query table and run.json, written atomically."""
+"""Run folders: resumable state, and the tables a run writes: the grid, the per-query table, the ranked lists.
+
+Every table is assembled here from what the backend returned (positions) and what the metrics made
+of them; `rqsweep.files` writes them atomically.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Mapping, Protocol, Sequence
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from rqsweep.backends.base import QUERY_SCHEMA
+from rqsweep.backends.base import RankedHit
 from rqsweep.config import SECRET_KEY
 from rqsweep.errors import InputError
+from rqsweep.files import write_parquet
+from rqsweep.golden import GoldenSet
+from rqsweep.knobs import KNOBS, Knobs
 
 
 def redact(value: object) -> object:
@@ -34,40 +38,6 @@ def new_run_id(config_sha256: str, golden_sha256: str, now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{digest}"
 
 
-def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write a text file atomically: a temporary file in the same folder, fsynced, then renamed."""
-    _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-
-
-def write_json(path: Path, data: object) -> None:
-    write_text(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
-    table = frame.to_arrow()
-    # polars writes large_string; plain string reads everywhere (older readers included).
-    table = table.cast(pa.schema([
-        pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in table.schema
-    ]))
-    if metadata:
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
-
-
 class RunState(Protocol):
     """Where a run keeps what it has evaluated, so that a killed run resumes where it stopped.
 
@@ -83,14 +53,17 @@ class RunState(Protocol):
 
 
 class LocalRunState:
-    """Per-query rows in numbered Parquet parts under `<run>/state/`; each part is written atomically."""
+    """Per-query rows in numbered Parquet parts under `<run>/state/`; each part is written atomically.
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    `schema` is the backend contract's row schema: the state keeps what backends return, untouched.
+    """
+
+    def __init__(self, folder: Path, schema: Mapping[str, pl.DataType]):
+        self.folder, self.schema = folder, dict(schema)
         folder.mkdir(parents=True, exist_ok=True)
         self._parts = sorted(folder.glob("part-*.parquet"))
         # Kept in memory too: optimisers ask for rows of finished settings after every batch.
-        self._rows = [pl.read_parquet(p).cast(QUERY_SCHEMA) for p in self._parts]
+        self._rows = [pl.read_parquet(p).cast(self.schema) for p in self._parts]
         self._finished = set()
         for rows in self._rows:
             self._finished.update(rows["setting_id"].unique().to_list())
@@ -102,7 +75,7 @@ class LocalRunState:
         if rows.is_empty():
             return
         path = self.folder / f"part-{len(self._parts):06d}.parquet"
-        rows = rows.select(list(QUERY_SCHEMA)).cast(QUERY_SCHEMA)
+        rows = rows.select(list(self.schema)).cast(self.schema)
         write_parquet(path, rows)
         self._parts.append(path)
         self._rows.append(rows)
@@ -110,7 +83,7 @@ class LocalRunState:
 
     def rows(self) -> pl.DataFrame:
         if not self._rows:
-            return pl.DataFrame(schema=QUERY_SCHEMA)
+            return pl.DataFrame(schema=self.schema)
         return pl.concat(self._rows)
 
 
@@ -122,3 +95,83 @@ def load_run_json(run_dir: Path) -> dict:
         raise InputError(path, "", "not a run folder (no run.json)") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, "", f"not valid JSON: {exc.msg}") from None
+
+
+def settings_of(rows: pl.DataFrame) -> dict[str, Knobs]:
+    """Setting id -> knobs, from the knob columns of per-query rows, in the order the settings first appear."""
+    first = rows.select("setting_id", *KNOBS).unique("setting_id", keep="first", maintain_order=True)
+    return {r[0]: Knobs(*r[1:]) for r in first.iter_rows()}
+
+
+def grid_table(slice_metrics: pl.DataFrame, knobs: Mapping[str, Knobs], verdicts: Mapping[str, list[tuple[str, str]]],
+               best: str | None, baseline_id: str, metric_names: Sequence[str], stamp: Mapping[str, str]) -> pl.DataFrame:
+    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `knobs`).
+
+    `stamp` holds the run-wide columns (run_id, config_sha256, golden_sha256).
+    """
+    order = list(knobs)
+    per_setting = pl.DataFrame({"setting_id": order, **{
+        name: pl.Series([k.columns()[name] for k in knobs.values()], dtype=dtype)
+        for name, dtype in (("rrf_k", pl.Int64), ("min_similarity", pl.Float64),
+                            ("recency_half_life_days", pl.Float64))}}).with_columns(
+        pl.Series("evaluation_order", range(len(order)), pl.Int64),
+        pl.Series("feasible", [not verdicts[s] for s in order], pl.Boolean),
+        pl.Series("violations", ["; ".join(t for _, t in verdicts[s]) for s in order], pl.String),
+        pl.Series("is_baseline", [s == baseline_id for s in order], pl.Boolean),
+        pl.Series("is_best", [s == best for s in order], pl.Boolean),
+    )
+    grid = slice_metrics.join(per_setting, on="setting_id").with_columns(
+        pl.lit(stamp["run_id"]).alias("run_id"), pl.lit(stamp["config_sha256"]).alias("config_sha256"),
+        pl.lit(stamp["golden_sha256"]).alias("golden_sha256"))
+    return grid.select(
+        "run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "slice", "queries",
+        *metric_names, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
+        "evaluation_order", "config_sha256", "golden_sha256",
+    ).sort("evaluation_order", "slice")
+
+
+def golden_table(golden: GoldenSet) -> pl.DataFrame:
+    """What each golden query is: its slice, text and expected keys, in the golden set's order."""
+    return pl.DataFrame({
+        "query_id": [q.id for q in golden.queries],
+        "slice": [q.slice for q in golden.queries],
+        "query": [q.query for q in golden.queries],
+        "expected": pl.Series([[e.key for e in q.expected] for q in golden.queries], dtype=pl.List(pl.String)),
+    })
+
+
+def query_table(scored: pl.DataFrame, golden: GoldenSet, metric_names: Sequence[str], run_id: str) -> pl.DataFrame:
+    """queries.parquet: one row per (setting, query), with the query's text, expected keys, each expected key's
+    position, the first relevant rank and every metric's per-query value."""
+    return (scored.join(golden_table(golden), on="query_id", how="left", maintain_order="left")
+            .with_columns(pl.lit(run_id).alias("run_id"))
+            .select("run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "query_id", "slice",
+                    "query", "expected", "positions", "rank", *metric_names, "error", "tie_sensitive"))
+
+
+HITS_SCHEMA = {
+    "run_id": pl.String, "setting_id": pl.String, "is_baseline": pl.Boolean, "is_chosen": pl.Boolean,
+    "query_id": pl.String, "position": pl.Int64, "key": pl.String, "source_type": pl.String, "chunk": pl.String,
+    "score": pl.Float64, "vector": pl.Int64, "lexical": pl.Int64, "similarity_score": pl.Float64,
+    "blend_factor": pl.Float64, "expected": pl.Boolean, "error": pl.String,
+}
+
+
+def hits_table(ranked: Mapping[str, Mapping[str, list[RankedHit] | str]], baseline_id: str, chosen_id: str,
+               golden: GoldenSet, run_id: str) -> pl.DataFrame:
+    """hits.parquet: the ranked lists of the baseline and the chosen setting for every query.
+
+    `ranked`: setting id -> query id -> its hits, or the error of a failed search (one row, no position).
+    """
+    expected = {q.id: {e.key for e in q.expected} for q in golden.queries}
+    rows = []
+    for sid, lists in ranked.items():
+        for qid, hits in lists.items():
+            common = {"run_id": run_id, "setting_id": sid, "is_baseline": sid == baseline_id,
+                      "is_chosen": sid == chosen_id, "query_id": qid}
+            if isinstance(hits, str):
+                rows.append({**common, "error": hits})
+                continue
+            for h in hits:
+                rows.append({**common, **asdict(h), "expected": h.key in expected[qid], "error": None})
+    return pl.DataFrame(rows, schema=HITS_SCHEMA)

@@ -17,6 +17,7 @@ from rqsweep.config import Constraint
 from rqsweep.engine.index import DEFAULT_LIMIT
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
+from rqsweep.knobs import Knobs
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class RunFolder:
     config: dict
     golden: str  # the golden set's path as the run read it
     strategy: str  # `grid` or `optimize`
+    definitions: dict[str, str]  # what each column means, metrics included (`rqsweep.metrics` metadata)
 
     @property
     def run_id(self) -> str:
@@ -62,6 +64,11 @@ class RunFolder:
         return objective.get("metric", "mrr"), objective.get("slice", OVERALL)
 
     @property
+    def metrics(self) -> list[str]:
+        """The metrics the run computed, in its order (grid columns named in the `rqsweep.metrics` metadata)."""
+        return [m for m in self.definitions if m in self.grid.columns and m not in ("queries", "errors")]
+
+    @property
     def constraints(self) -> list[Constraint]:
         return [Constraint(c["metric"], c.get("slice", "*"), c.get("min"), c.get("max_drop"))
                 for c in self.config.get("constraints") or []]
@@ -77,6 +84,14 @@ class RunFolder:
         for row in self.grid.iter_rows(named=True):
             out.setdefault(row["setting_id"], {})[row["slice"]] = row
         return out
+
+    def knobs(self, setting_id: str) -> Knobs:
+        """The knob values of an evaluated setting, from its grid row's knob columns."""
+        row = self.slice_rows(setting_id)[OVERALL]
+        return Knobs(row["rrf_k"], row["min_similarity"], row["recency_half_life_days"])
+
+    def label(self, setting_id: str) -> str:
+        return self.knobs(setting_id).label()
 
     def slice_rows(self, setting_id: str) -> dict[str, dict]:
         """slice -> that setting's grid row."""
@@ -107,4 +122,5 @@ def read_run_folder(path: Path) -> RunFolder:
     sweep = config.get("sweep")
     strategy = metadata.get(b"rqsweep.strategy", b"").decode() or (
         sweep.get("strategy", "grid") if isinstance(sweep, dict) else "grid")
-    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy)
+    definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
+    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions)

@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from rqsweep.backends.http.mapping import SEARCH_PATH
 from rqsweep.config import EmbeddedConfig, JobConfig, load_config
-from rqsweep.corpus import Chunking, load_corpus
+from rqsweep.config import Chunking
+from rqsweep.corpus import load_corpus
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, Knobs

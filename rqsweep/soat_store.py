@@ -15,12 +15,13 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from rqsweep.corpus import Chunking, Corpus, Document, Memory, chunk_document, memory_updated_at
+from rqsweep.config import Chunking
+from rqsweep.corpus import Corpus, Document, Memory, chunk_document, memory_updated_at
 from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.cosine import cosine_distance
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Index, SearchResult
-from rqsweep.engine.scope import Scope
+from rqsweep.scope import Scope
 from rqsweep.knobs import Knobs
 
 Clock = Callable[[], datetime]

@@ -4,31 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 
 import numpy as np
 import optuna
 
 from rqsweep.config import KnobSpec, SweepConfig
 from rqsweep.knobs import KNOBS, Knobs
-
-
-def setting_id(knobs: Knobs) -> str:
-    """A readable, unique id: the shortest round-tripping form of each knob value."""
-    floor = "off" if knobs.min_similarity is None else repr(knobs.min_similarity)
-    return f"k{knobs.rrf_k}_m{floor}_h{knobs.recency_half_life_days!r}"
-
-
-_SETTING_ID = re.compile(r"k(\d+)_m(off|[^_]+)_h(.+)")
-
-
-def parse_setting_id(text: str) -> Knobs:
-    """The setting a `setting_id` names (ids are canonical, so this inverts `setting_id`)."""
-    match = _SETTING_ID.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not a setting id: {text!r}")
-    k, floor, half_life = match.groups()
-    return Knobs(int(k), None if floor == "off" else float(floor), float(half_life))
 
 
 def _off_value(knob: str) -> float | None:

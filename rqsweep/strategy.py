@@ -14,7 +14,7 @@ import optuna
 
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
-from rqsweep.space import setting_id, suggest
+from rqsweep.space import suggest
 
 OPTUNA_BATCH = 8  # trials asked before they are told: TPE's constant liar covers the pending ones
 
@@ -24,7 +24,7 @@ Progress = Callable[[int], None]  # called with the number of settings just fini
 def run_grid(settings: Sequence[Knobs], finished: set[str], evaluate: Callable[[list[Knobs]], object],
              progress: Progress, batch_size: int) -> None:
     """Evaluate every setting not already finished, in batches of `batch_size` (one checkpoint each)."""
-    todo = [s for s in settings if setting_id(s) not in finished]
+    todo = [s for s in settings if s.id not in finished]
     progress(len(settings) - len(todo))
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]

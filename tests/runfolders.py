@@ -7,8 +7,9 @@ from pathlib import Path
 
 import polars as pl
 
-from rqsweep.results import write_parquet
-from rqsweep.space import parse_setting_id
+from rqsweep.files import write_parquet
+from rqsweep.knobs import Knobs
+from rqsweep.metrics import DEFAULT_METRICS, definitions
 
 Metrics = tuple[float | None, float | None, float | None]  # recall@5, recall@10, MRR
 
@@ -32,7 +33,7 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     sizes = sizes or {}
     rows = []
     for order, (sid, slices) in enumerate(settings.items()):
-        knobs = parse_setting_id(sid)
+        knobs = Knobs.from_id(sid)
         for s, (r5, r10, mrr) in slices.items():
             rows.append({
                 "run_id": run_id, "setting_id": sid, "rrf_k": knobs.rrf_k, "min_similarity": knobs.min_similarity,
@@ -45,18 +46,12 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     grid = pl.DataFrame(rows, schema_overrides={"min_similarity": pl.Float64, "recall_at_5": pl.Float64,
                                                 "recall_at_10": pl.Float64, "mrr": pl.Float64})
     metadata = {"rqsweep.version": "test", "rqsweep.config": json.dumps(config or CONFIG),
-                "rqsweep.golden": "golden.yaml"}
+                "rqsweep.golden": "golden.yaml", "rqsweep.metrics": json.dumps(definitions(DEFAULT_METRICS))}
     run_dir.mkdir(parents=True, exist_ok=True)
     write_parquet(run_dir / "grid.parquet", grid, metadata)
     if queries is None:
-        queries = pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "slice": pl.String,
-                                       "rank": pl.Int64, "error": pl.String})
-    queries = queries.with_columns(
-        pl.lit(run_id).alias("run_id"),
-        pl.col("rank").is_between(1, 5).cast(pl.Float64).alias("recall_at_5"),
-        pl.col("rank").is_between(1, 10).cast(pl.Float64).alias("recall_at_10"),
-        pl.lit(False).alias("tie_sensitive"),
-    )
+        queries = query_rows("", "", [])
+    queries = queries.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
     write_parquet(run_dir / "queries.parquet", queries, metadata)
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "status": "complete"}))
     return run_dir
@@ -70,4 +65,12 @@ def query_rows(setting_id: str, slice_: str, ranks: list[int | None], prefix: st
         "slice": [slice_] * len(ranks),
         "rank": [0 if r is None else r for r in ranks],
         "error": [("HTTP 503" if r is None else None) for r in ranks],
-    }, schema_overrides={"rank": pl.Int64, "error": pl.String})
+    }, schema_overrides={"rank": pl.Int64, "error": pl.String}).with_columns(
+        ("what about " + pl.col("query_id")).alias("query"),
+        pl.concat_list("key-" + pl.col("query_id")).alias("expected"),
+    ).with_columns(
+        pl.col("rank").is_between(1, 5).cast(pl.Float64).alias("recall_at_5"),
+        pl.col("rank").is_between(1, 10).cast(pl.Float64).alias("recall_at_10"),
+        pl.when(pl.col("rank") > 0).then(1.0 / pl.col("rank")).otherwise(0.0).alias("mrr"),
+    ).with_columns(pl.when(pl.col("error").is_null()).then(pl.col(m)).alias(m)
+                   for m in ("rank", "recall_at_5", "recall_at_10", "mrr"))

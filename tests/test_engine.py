@@ -11,7 +11,7 @@ from rqsweep.corpus import Chunk, Chunking, Corpus, Document, Memory, chunk_docu
 from rqsweep.engine.batch import SettingsBatch, expected_positions
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.index import Index, clamp_limit
-from rqsweep.engine.scope import Scope
+from rqsweep.scope import Scope
 from rqsweep.knobs import KnobError, Knobs
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -25,8 +25,12 @@ def password(monkeypatch):
     monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
 
 
-def _grid(config: Path, out: Path) -> pl.DataFrame:
-    return comparable(job.run(config, quiet=True, output_dir=out).grid).drop("golden_sha256")
+def _run(config: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """The grid, the per-query positions and the stored ranked lists of a run, without run-specific columns."""
+    outcome = job.run(config, quiet=True, output_dir=out)
+    queries = pl.read_parquet(outcome.run_dir / "queries.parquet").drop("run_id", "tie_sensitive")
+    hits = pl.read_parquet(outcome.run_dir / "hits.parquet").select("setting_id", "query_id", "position", "key")
+    return comparable(outcome.grid).drop("golden_sha256"), queries, hits
 
 
 @pytest.mark.parametrize("mode, sweep, extra", [("direct", None, {}), ("replay", None, {}),
@@ -35,11 +39,16 @@ def test_http_grid_equals_the_embedded_grid(corpus, tmp_path, mode, sweep, extra
     embedded = write_config(corpus, f"embedded-{mode}", EMBEDDED, sweep)
     with serving(embedded) as server:
         http = write_config(corpus, f"http-{mode}", http_backend(server.url, mode=mode, verify=2) | extra, sweep)
-        got = _grid(http, tmp_path)
-    want = _grid(embedded, tmp_path)
+        got, got_queries, got_hits = _run(http, tmp_path)
+    want, want_queries, want_hits = _run(embedded, tmp_path)
     assert got["setting_id"].n_unique() == want["setting_id"].n_unique() >= 8
     assert got.equals(want)
     assert got["errors"].sum() == 0
+    # Every expected item's position, per (setting, query), is the same whichever backend produced it.
+    assert got_queries.equals(want_queries)
+    assert got_queries["positions"].list.len().sum() >= got_queries.height
+    # So are the ranked lists kept for the baseline and the chosen setting.
+    assert got_hits.equals(want_hits) and got_hits.height > 0
 
 
 def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_path, capsys):
@@ -56,8 +65,10 @@ def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_pa
     replayed, single_store, rescued, fallback = map(int, re.search(
         r"replay: (\d+) of \d+ queries .* and (\d+) single-store searches, which proved (\d+); (\d+) searched", log
     ).groups())
-    # One probe, one search per query, the single-store ones, and direct searches for what is still unproven.
-    assert searches == 1 + queries + single_store + fallback * settings
+    # One probe, one search per query, the single-store ones, direct searches for what is still unproven, and
+    # the ranked lists hits.parquet keeps: one search per query for the baseline and for the chosen setting.
+    ranked = queries * len({outcome.baseline, outcome.best or outcome.baseline})
+    assert searches == 1 + queries + single_store + fallback * settings + ranked
     # Without single-store searches, the `rescued` queries would be searched directly for every setting too.
     assert rescued >= 10 and replayed == queries and fallback == 0
     seed = (outcome.run_dir / "seed.json").read_text()

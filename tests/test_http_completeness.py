@@ -17,7 +17,7 @@ from rqsweep.backends.http.mapping import Hit
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.index import Index
-from rqsweep.engine.scope import Scope
+from rqsweep.scope import Scope
 
 DOCUMENTS = ("document",)  # the synthetic answers below hold documents only
 STORES = ("document", "memory")

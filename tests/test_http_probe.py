@@ -40,7 +40,9 @@ def test_an_old_server_is_swept_with_its_names_and_agrees_with_the_embedded_engi
     want = job.run(embedded, quiet=True, output_dir=tmp_path / "out").grid
     assert comparable(outcome.grid).drop("golden_sha256").equals(comparable(want).drop("golden_sha256"))
     assert outcome.grid["errors"].sum() == 0
-    assert searches == 2 + 3 * 20  # two probes (full, then adapted), then one search per setting and query
+    # Two probes (full, then adapted), one search per setting and query, and the ranked lists of the baseline and
+    # the chosen setting for hits.parquet.
+    assert searches == 2 + 3 * 20 + 20 * len({outcome.baseline, outcome.best or outcome.baseline})
 
 
 def test_sweeping_a_knob_an_old_server_refuses_stops_before_any_search(tmp_path, capsys):

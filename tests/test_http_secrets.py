@@ -29,7 +29,7 @@ def _leaks(folder: Path, secrets: list[str]) -> list[str]:
             continue
         texts = [path.read_bytes().decode("utf-8", "replace")]
         if path.suffix == ".parquet":
-            texts.append(pl.read_parquet(path).write_csv())
+            texts.append(pl.read_parquet(path).write_ndjson())  # nested columns included
             texts.append(json.dumps({k.decode(): v.decode() for k, v in
                                      (pq.read_schema(path).metadata or {}).items()}))
         found += [f"{path}: {s[:6]}..." for s in secrets for t in texts if s in t]

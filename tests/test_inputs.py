@@ -13,7 +13,7 @@ from rqsweep.config import load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import load_golden
 from rqsweep.corpus import load_corpus
-from rqsweep.space import grid, knob_values, parse_setting_id, setting_id
+from rqsweep.space import grid, knob_values
 from rqsweep.knobs import Knobs
 from tests.minijob import write_job
 
@@ -35,7 +35,9 @@ def error_of(config: Path) -> InputError:
     ({"baseline": {"min_similarity": 1.5}}, "baseline.min_similarity", "1.5: must be a number in [0, 1]"),
     ({"baseline": {"recency_half_life_days": -2}}, "baseline.recency_half_life_days", "-2: must be a finite number"),
     ({"search": {"limit": 500}}, "search.limit", "500: SOAT caps limit"),
-    ({"objective": {"metric": "ndcg"}}, "objective.metric", "'ndcg': expected one of"),
+    ({"objective": {"metric": "ndcg"}}, "objective.metric", "'ndcg': no such metric (known: mrr, r_precision, "),
+    ({"metrics": ["mrr", "ndcg_at_0"]}, "metrics[1]", "'ndcg_at_0': no such metric"),
+    ({"metrics": "mrr"}, "metrics", "'mrr': expected list"),
     ({"constraints": [{"metric": "mrr", "slice": "*"}]}, "constraints[0]", "exactly one of"),
     ({"constraints": [{"metric": "mrr", "slice": "nope", "min": 0.1}]}, "constraints[0].slice", "'nope': no such slice"),
     ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"values": [60, -1]}}}}, "sweep.knobs.rrf_k.values[1]",
@@ -162,7 +164,12 @@ def test_grid_values_and_setting_ids():
     assert knob_values("min_similarity", KnobSpec(low=0.1, high=0.3, step=0.1, off=True)) == [None, 0.1, 0.2, 0.3]
     assert knob_values("recency_half_life_days", KnobSpec(values=(0.0, 7.0))) == [0.0, 7.0]
     for knobs in (Knobs(), Knobs(5, 0.35, 7.5), Knobs(200, 0.0, 0.0)):
-        assert parse_setting_id(setting_id(knobs)) == knobs
+        assert Knobs.from_id(knobs.id) == knobs
+    # One id per setting: -0.0 and 0.0, 60 and 60.0 are the same knob values; "no floor" is always `moff`.
+    assert Knobs(60.0, -0.0, -0.0).id == Knobs(60, 0.0, 0.0).id == "k60_m0.0_h0.0"
+    assert Knobs(min_similarity=None).id == "k60_moff_h0.0" != Knobs(min_similarity=0.0).id
+    with pytest.raises(ValueError, match="not a setting id"):
+        Knobs.from_id("k60_m0.1")
 
 
 def test_the_handbook_config_and_data_are_valid():

@@ -20,7 +20,8 @@ from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.errors import InputError, NoFeasibleSetting, RqsweepError
 from rqsweep.golden import load_golden
-from rqsweep.space import parse_setting_id
+from rqsweep.backends import build_backend
+from rqsweep.knobs import Knobs
 from tests.minijob import write_job
 
 GRID_TYPES = {
@@ -84,7 +85,7 @@ def test_grid_metrics_equal_the_reference_search(finished_run):
     queries = pl.read_parquet(outcome.run_dir / "queries.parquet")
     # The engine's clock is the build time: ages are exact, so ranks do not depend on when we recompute.
     for setting in queries["setting_id"].unique().to_list():
-        knobs = parse_setting_id(setting)
+        knobs = Knobs.from_id(setting)
         got = dict(queries.filter(pl.col("setting_id") == setting).select("query_id", "rank").iter_rows())
         for q in golden.queries:
             keys = {e.key for e in q.expected}
@@ -268,15 +269,42 @@ def test_parallel_workers_give_the_serial_rows(tmp_path, monkeypatch):
     monkeypatch.setattr(embedded, "_MIN_PARALLEL_WORK", 0)
     config = write_job(tmp_path / "job")
     inputs = job.load_inputs(config)
-    settings = [parse_setting_id(s) for s in ("k1_moff_h0.0", "k5_m0.2_h30.0", "k60_m0.1_h1.0", "k20_moff_h365.0",
+    settings = [Knobs.from_id(s) for s in ("k1_moff_h0.0", "k5_m0.2_h30.0", "k60_m0.1_h1.0", "k20_moff_h365.0",
                                               "k2_m0.3_h0.5")]
-    serial = job.build_backend(inputs, 1, lambda _: None).evaluate(settings)
+    serial = build_backend(inputs.config, inputs.golden, inputs.corpus, workers=1, log=lambda _: None).evaluate(settings)
     # Two parallel backends in one process, each with its own worker pool and plans.
     for _ in range(2):
-        backend = job.build_backend(inputs, 2, lambda _: None)
+        backend = build_backend(inputs.config, inputs.golden, inputs.corpus, workers=2, log=lambda _: None)
         try:
             assert backend.evaluate(settings).equals(serial)
             assert backend.evaluate(settings[:2]).equals(serial.head(20))
         finally:
             backend.close()
     assert serial.height == len(settings) * 10
+
+
+def test_the_metrics_list_adds_registry_metrics_to_the_grid_and_the_query_table(tmp_path):
+    config = write_job(tmp_path / "job", metrics=["ndcg_at_10", "hit_at_1", "r_precision"],
+                       objective={"metric": "ndcg_at_10", "slice": "overall"})
+    try:
+        outcome = job.run(config, quiet=True)
+    except NoFeasibleSetting as exc:  # the constraints may reject every setting: the files are written all the same
+        outcome = exc
+    run_dir = Path(outcome.run_dir)
+    grid = pl.read_parquet(run_dir / "grid.parquet")
+    queries = pl.read_parquet(run_dir / "queries.parquet")
+    # The listed metrics, the objective's, and the gate's (recall@10 and MRR) are computed; nothing else.
+    for table in (grid, queries):
+        assert {"ndcg_at_10", "hit_at_1", "r_precision", "recall_at_10", "mrr"} <= set(table.columns)
+        assert "recall_at_5" not in table.columns
+    # Every per-query value is the registry's function of that row's positions.
+    from rqsweep import metrics
+
+    positions, n = metrics.padded_positions(queries["positions"])
+    for name in ("ndcg_at_10", "hit_at_1", "r_precision"):
+        assert queries[name].to_list() == metrics.get(name).per_query(positions, n).tolist()
+    # The grid's means are those values averaged per slice.
+    means = queries.group_by("setting_id", "slice").agg(pl.col("ndcg_at_10").mean().alias("want"))
+    joined = grid.join(means, on=["setting_id", "slice"])
+    assert joined.height == queries.select("setting_id", "slice").unique().height
+    assert (joined["ndcg_at_10"] - joined["want"]).abs().max() < 1e-12

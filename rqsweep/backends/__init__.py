@@ -1,0 +1,53 @@
+"""Where rankings come from, one backend per `backend.kind` in a config.
+
+    backend = build_backend(config, golden, corpus, workers=1, log=print)
+    rows = backend.evaluate(settings)   # positions of the expected items, per (setting, query)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from rqsweep.backends.base import OUTCOME_SCHEMA, Backend, RankedHit
+from rqsweep.config import JobConfig
+from rqsweep.corpus import Corpus
+from rqsweep.golden import GoldenSet
+
+Log = Callable[[str], None]
+Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir) -> Backend
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    build: Builder
+    searches: str  # what a (setting x query) evaluation costs, for --dry-run
+
+
+def _embedded(*args, **kwargs) -> Backend:
+    from rqsweep.backends.embedded import build_embedded_backend
+
+    return build_embedded_backend(*args, **kwargs)
+
+
+def _http(*args, **kwargs) -> Backend:
+    from rqsweep.backends.http import build_http_backend
+
+    return build_http_backend(*args, **kwargs)
+
+
+# Imported lazily: a run on one backend does not load the other's dependencies.
+BACKENDS = {
+    "embedded": BackendKind(_embedded, "on the embedded backend, one candidate extraction per query"),
+    "http": BackendKind(_http, "over HTTP, one search each in direct mode, about one per query in replay mode"),
+}
+
+
+def build_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *, workers: int, log: Log,
+                  run_dir: Path | None = None) -> Backend:
+    """The backend `config.backend.kind` names, ready to evaluate settings."""
+    return BACKENDS[config.backend.kind].build(config, golden, corpus, workers=workers, log=log, run_dir=run_dir)
+
+
+__all__ = ["BACKENDS", "OUTCOME_SCHEMA", "Backend", "RankedHit", "build_backend"]

@@ -1,25 +1,52 @@
-"""Where rankings come from. A backend turns knob settings into per-(setting, query) outcomes."""
+"""Where rankings come from. A backend turns knob settings into positions, and nothing more.
+
+For each (setting, query) a backend reports where each expected key's first slot sits in the ranked
+list SOAT returns (1-based; absent when not returned), or why the search failed. What those positions
+are worth (recall, MRR, nDCG, ...) is `rqsweep.metrics`' business, not the backend's.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from rqsweep.knobs import Knobs
 
 # One row per (setting, query): what every backend returns and the run state keeps.
-QUERY_SCHEMA = {
-    "setting_id": pl.String, "query_id": pl.String, "slice": pl.String, "rank": pl.Int64,
-    "recall_at_5": pl.Float64, "recall_at_10": pl.Float64, "error": pl.String, "tie_sensitive": pl.Boolean,
+# `positions` holds one entry per expected key, in the golden set's order: null = not returned;
+# the whole list is null when the search failed. `tie_sensitive` is null where a backend cannot tell.
+OUTCOME_SCHEMA = {
+    "setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64, "recency_half_life_days": pl.Float64,
+    "query_id": pl.String, "positions": pl.List(pl.Int64), "error": pl.String, "tie_sensitive": pl.Boolean,
 }
+
+
+@dataclass(frozen=True)
+class RankedHit:
+    """One slot of a ranked list, with what explains its place."""
+
+    position: int
+    key: str  # document or memory key (the server's id when no key is known)
+    source_type: str
+    chunk: str | None  # chunk id of a document slot
+    score: float | None  # SOAT's final score (after the blend); only its order is the contract
+    vector: int | None  # signals: 1-based position in the merged vector list
+    lexical: int | None  # signals: 1-based position in the merged lexical list
+    similarity_score: float | None
+    blend_factor: float | None  # the recency multiplier on the fused score (1 for documents or with the blend
+    # off); None where the backend cannot know it (a server reports only the blended score)
 
 
 class Backend(Protocol):
     """Evaluates the golden set under each setting.
 
-    `evaluate` returns one row per (setting, query) with the columns of `QUERY_SCHEMA`:
-    the first relevant rank and recalls, or an error message for a search that failed.
+    `evaluate` returns one row per (setting, query), settings-major in the order given, queries in the
+    golden set's order, with the columns of `OUTCOME_SCHEMA`. `ranked` returns the ranked lists
+    themselves for a few settings, to explain what a run chose.
     """
 
     name: str
@@ -27,4 +54,38 @@ class Backend(Protocol):
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame: ...
 
+    def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
+        """Query id -> its ranked list under `knobs`, or the error of a failed search; every query by default."""
+        ...
+
     def close(self) -> None: ...
+
+
+def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions: np.ndarray,
+                  n_expected: np.ndarray, errors: Sequence[str | None] | None = None,
+                  tie_sensitive: np.ndarray | None = None) -> pl.DataFrame:
+    """The rows of `OUTCOME_SCHEMA` from arrays.
+
+    positions: (settings, queries, max keys) int, 0 = absent; entries past a query's `n_expected`
+    are ignored. errors: settings-major, one per row, None for a search that answered.
+    tie_sensitive: (settings, queries) bool, or None when the backend cannot tell.
+    """
+    n_s, n_q = len(settings), len(query_ids)
+    per_row = np.tile(np.asarray(n_expected, np.int64), n_s)
+    valid = np.arange(positions.shape[2])[None, None, :] < np.asarray(n_expected)[None, :, None]
+    flat = positions[np.broadcast_to(valid, positions.shape)].astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)
+    failed = None if errors is None else np.array([e is not None for e in errors], bool)
+    lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat, mask=flat == 0),
+                                     mask=None if failed is None else pa.array(failed))
+    per_setting = np.repeat(np.arange(n_s), n_q)
+    return pl.DataFrame({
+        "setting_id": pl.Series([s.id for s in settings], dtype=pl.String).gather(per_setting),
+        **{name: pl.Series([s.columns()[name] for s in settings], dtype=OUTCOME_SCHEMA[name]).gather(per_setting)
+           for name in ("rrf_k", "min_similarity", "recency_half_life_days")},
+        "query_id": pl.Series(list(query_ids), dtype=pl.String).gather(np.tile(np.arange(n_q), n_s)),
+        "positions": pl.from_arrow(lists),
+        "error": pl.Series(errors if errors is not None else [None] * (n_s * n_q), dtype=pl.String),
+        "tie_sensitive": pl.Series([None] * (n_s * n_q) if tie_sensitive is None else tie_sensitive.ravel(),
+                                   dtype=pl.Boolean),
+    }, schema=OUTCOME_SCHEMA)

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+import time
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 from joblib.externals.loky import ProcessPoolExecutor
 
-from rqsweep.backends.base import QUERY_SCHEMA
-from rqsweep.config import EmbeddedConfig
+from rqsweep.backends.base import RankedHit, outcome_frame
+from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig
+from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
 from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
-from rqsweep.engine.scope import Scope
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
-from rqsweep.metrics import RECALL_CUTOFFS, first_relevant_rank
-from rqsweep.space import setting_id
+from rqsweep.scope import Scope
 
 _MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
+_PREPARE_LOG_SECONDS = 5.0
 
 _installed: tuple = ()  # a worker process's copy of the plans, sent once when the worker starts
 
@@ -36,42 +38,46 @@ def _score_installed(batch: SettingsBatch):
 
 
 def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int):
-    """(settings, queries) rank, expected items found within each recall cut-off, and tie sensitivity.
+    """(settings, queries, keys) positions and (settings, queries) tie sensitivity.
 
     Small integer types: results travel back from worker processes, and limit <= 100.
     """
-    shape = (len(batch), len(plans))
-    rank, tie = np.zeros(shape, np.int16), np.zeros(shape, bool)
-    found = {k: np.zeros(shape, np.int16) for k in RECALL_CUTOFFS}
+    width = max((len(p.groups) for p in plans), default=1)
+    positions = np.zeros((len(batch), len(plans), width), np.int16)
+    tie = np.zeros((len(batch), len(plans)), bool)
     for q, (plan, alternate) in enumerate(zip(plans, alternates)):
-        positions = expected_positions(plan, batch, limit)
-        rank[:, q] = first_relevant_rank(positions)
-        for k in RECALL_CUTOFFS:
-            found[k][:, q] = ((positions > 0) & (positions <= k)).sum(axis=1)
-        tie[:, q] = first_relevant_rank(expected_positions(alternate, batch, limit)) != rank[:, q]
-    return rank, found, tie
+        found = expected_positions(plan, batch, limit)
+        positions[:, q, : found.shape[1]] = found
+        tie[:, q] = (expected_positions(alternate, batch, limit) != found).any(axis=1)
+    return positions, tie
 
 
 class EmbeddedBackend:
     """Evaluates a golden set on an `Index`: candidates once per query, then the fast path per setting.
 
-    A query is tie-sensitive under a setting when the first relevant rank differs between
+    A query is tie-sensitive under a setting when any expected item's position differs between
     PostgreSQL's tie order and plain insertion order: an accident of storage order, not a signal.
     """
 
     name = "embedded"
     checkpoint_every = 2000  # settings: a few seconds of work, even on large golden sets
 
-    def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1):
-        self.golden, self.limit, self.workers = golden, limit, workers
+    def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1,
+                 log: Callable[[str], None] = lambda _: None):
+        self.index, self.golden, self.limit, self.scope, self.workers = index, golden, limit, scope, workers
         vectors = index.embed_queries([q.query for q in golden.queries])
         plans = {order: [] for order in TIE_ORDERS}
-        for q, vector in zip(golden.queries, vectors):
+        started = last = time.monotonic()
+        for n, (q, vector) in enumerate(zip(golden.queries, vectors), 1):
             keys = [e.key for e in q.expected]
             for order in TIE_ORDERS:
                 plans[order].append(index.plan(q.query, keys, limit, scope, order, vector))
+            if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
+                last = time.monotonic()
+                log(f"candidates: {n}/{len(golden.queries)} queries, {last - started:.0f}s")
         self.plans = plans[index.tie_order]
         self.alternates = plans[next(o for o in TIE_ORDERS if o != index.tie_order)]
+        self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
         self._pool: ProcessPoolExecutor | None = None
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
@@ -86,24 +92,18 @@ class EmbeddedBackend:
                                                  initargs=(self.plans, self.alternates, self.limit))
             step = -(-len(settings) // workers)
             parts = list(self._pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
-        rank = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        tie = np.concatenate([p[2] for p in parts])
-        expected = np.array([len(q.expected) for q in self.golden.queries], dtype=np.float64)
-        # found / |expected| is the same float64 as recall_at's mean of hit flags.
-        recalls = {k: np.concatenate([p[1][k] for p in parts]) / expected for k in RECALL_CUTOFFS}
-        n_s, n_q = len(settings), len(self.golden.queries)
-        per_setting = np.repeat(np.arange(n_s), n_q)
-        per_query = np.tile(np.arange(n_q), n_s)
-        return pl.DataFrame({
-            "setting_id": pl.Series([setting_id(s) for s in settings]).gather(per_setting),
-            "query_id": pl.Series([q.id for q in self.golden.queries]).gather(per_query),
-            "slice": pl.Series([q.slice for q in self.golden.queries]).gather(per_query),
-            "rank": rank.ravel(),
-            "recall_at_5": recalls[5].ravel(),
-            "recall_at_10": recalls[10].ravel(),
-            "error": pl.repeat(None, rank.size, dtype=pl.String, eager=True),
-            "tie_sensitive": tie.ravel(),
-        }, schema=QUERY_SCHEMA)
+        positions = np.concatenate([p[0] for p in parts])
+        tie = np.concatenate([p[1] for p in parts])
+        return outcome_frame(settings, [q.id for q in self.golden.queries], positions, self.n_expected,
+                             tie_sensitive=tie)
+
+    def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
+        """Golden queries' ranked lists under one setting (all by default), by the reference path (`Index.search`)."""
+        wanted = None if query_ids is None else set(query_ids)
+        return {q.id: [RankedHit(p, r.key, r.source_type, r.chunk_id, r.score, r.signals.get("vector"),
+                                 r.signals.get("lexical"), r.similarity_score, r.recency_factor)
+                       for p, r in enumerate(self.index.search(q.query, knobs, self.limit, self.scope), 1)]
+                for q in self.golden.queries if wanted is None or q.id in wanted}
 
     def close(self) -> None:
         if self._pool is not None:
@@ -111,15 +111,28 @@ class EmbeddedBackend:
             self._pool = None
 
 
+EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
+    "feature-hash": lambda e: FeatureHashEmbedder(e.dimensions),
+    "openai": lambda e: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
+                                       dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout),
+    "ollama": lambda e: OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
+                                       timeout=e.timeout),
+}
+
+
 def build_embedder(config: EmbeddedConfig) -> Embedder:
     """The configured embedder, behind the on-disk vector cache when the config names one."""
-    e = config.embedder
-    if e.kind == "feature-hash":
-        embedder: Embedder = FeatureHashEmbedder(e.dimensions)
-    elif e.kind == "openai":
-        embedder = OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
-                                  dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout)
-    else:
-        embedder = OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
-                                  timeout=e.timeout)
+    embedder = EMBEDDERS[config.embedder.kind](config.embedder)
     return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder
+
+
+def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: int,
+                           log: Callable[[str], None], run_dir: Path | None = None) -> EmbeddedBackend:
+    """Chunk, embed and index the corpus, then extract every golden query's candidates."""
+    started = time.monotonic()
+    engine = config.backend
+    index = Index.build(corpus, build_embedder(engine), engine.chunking, tie_order=engine.tie_order)
+    backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log)
+    log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories, "
+        f"{len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
+    return backend

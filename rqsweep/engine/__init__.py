@@ -8,6 +8,6 @@
 
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
 from rqsweep.engine.index import Index, SearchResult, clamp_limit
-from rqsweep.engine.scope import Scope
+from rqsweep.scope import Scope
 
 __all__ = ["Index", "QueryPlan", "Scope", "SearchResult", "SettingsBatch", "clamp_limit", "expected_positions"]

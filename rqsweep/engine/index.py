@@ -9,7 +9,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rqsweep.corpus import Chunking, Corpus, chunk_document, memory_updated_at
+from rqsweep.config import Chunking
+from rqsweep.corpus import Corpus, chunk_document, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import (
     Candidates, lexical_channel, merge_shards, vector_channel,
@@ -18,9 +19,10 @@ from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
 from rqsweep.engine.pgsort import TieOrder
-from rqsweep.engine.scope import Scope, tags_contain
+from rqsweep.engine.recency import recency_factor
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.knobs import Knobs
+from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
 
@@ -31,6 +33,11 @@ def clamp_limit(limit: object) -> int:
         return DEFAULT_LIMIT
     n = math.floor(limit)
     return DEFAULT_LIMIT if n < 1 else min(n, MAX_LIMIT)
+
+
+def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
+    """JSONB containment `row_tags @> wanted` for flat string maps."""
+    return all(row_tags.get(k) == v for k, v in wanted.items())
 
 
 @dataclass
@@ -91,6 +98,7 @@ class SearchResult:
     similarity_score: float
     signals: dict[str, int]
     updated_at: datetime
+    recency_factor: float  # what the blend multiplied the fused score by (1 for documents and with the blend off)
 
 
 class Index:
@@ -159,7 +167,8 @@ class Index:
         limit = clamp_limit(limit)
         query_vector = self.embed_queries([query])[0]
         candidates = self.candidates(query, limit, scope, tie_order, query_vector)
-        fused = fuse(candidates, knobs, limit, self.memory_age_days(now))
+        ages = self.memory_age_days(now)
+        fused = fuse(candidates, knobs, limit, ages)
         similarity: dict[tuple[str, int], float] = {}
         for source_type, store in self.stores.items():
             rows = np.array([f.row for f in fused if f.source_type == source_type], dtype=np.int64)
@@ -175,6 +184,7 @@ class Index:
                 f.source_type, store.keys[f.row], store.ids[f.row] if f.source_type == "document" else None,
                 store.contents[f.row], f.score, similarity[(f.source_type, f.row)], signals,
                 datetime.fromtimestamp(store.updated_at_ms[f.row] / 1000, timezone.utc),
+                recency_factor(float(ages[f.row]), knobs.recency_half_life_days) if f.source_type == "memory" else 1.0,
             ))
         return results
 

@@ -10,36 +10,31 @@ from rqsweep.report import plots
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
 from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
-from rqsweep.report.tables import METRIC_LABELS, best_vs_baseline, chosen_row, infeasible_groups, knob_label, knob_table
+from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
 from rqsweep.run_folder import RunFolder
-from rqsweep.space import parse_setting_id
-
-
-def _label(setting_id: str) -> str:
-    return parse_setting_id(setting_id).label()
 
 
 def _headline(run: RunFolder) -> list[Block]:
     overall = run.overall()
     metric, slice_ = run.objective
     facts = (f"Run {run.run_id} · {run.strategy} over {overall.height} settings, "
-             f"{overall.filter(~pl.col('feasible')).height} infeasible · objective {METRIC_LABELS[metric]} "
+             f"{overall.filter(~pl.col('feasible')).height} infeasible · objective {metric_label(metric)} "
              f"on {slice_} · golden set {run.golden or 'unknown'}")
     base = format_cell(metric, run.slice_rows(run.baseline)[slice_][metric])
     if run.best is None:
         decision = (f"No feasible setting: every evaluated setting violates a constraint. The tables below are "
-                    f"anchored at the baseline, {_label(run.baseline)}.")
+                    f"anchored at the baseline, {run.label(run.baseline)}.")
     else:
         best = format_cell(metric, run.slice_rows(run.best)[slice_][metric])
-        decision = (f"Best feasible setting: {_label(run.best)}, {METRIC_LABELS[metric]} on {slice_} "
-                    f"{best} against the baseline's {base} ({_label(run.baseline)}).")
+        decision = (f"Best feasible setting: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
+                    f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
     return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(facts), Paragraph(decision)]
 
 
 def _comparison(run: RunFolder) -> list[Block]:
     frame = best_vs_baseline(run)
     if run.best is None:
-        frame = frame.select("slice", "queries", *(f"{label} baseline" for label in METRIC_LABELS.values()))
+        frame = frame.select("slice", "queries", *(f"{metric_label(m)} baseline" for m in run.metrics))
     notes = ["Δ = best − baseline. Failed searches are left out of every metric."]
     ties = [f"{s} {r['tie_sensitive']}" for s, r in run.slice_rows(run.chosen).items()
             if s != OVERALL and r.get("tie_sensitive")]
@@ -71,7 +66,7 @@ def _significance(run: RunFolder) -> list[Block]:
 
 
 def _knobs(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
-    chosen = parse_setting_id(run.chosen)
+    chosen = run.knobs(run.chosen)
     blocks: list[Block] = [Heading("One knob at a time")]
     for knob, table in tables.items():
         others = ", ".join(f"{k} {knob_label(k, getattr(chosen, k))}" for k in KNOBS if k != knob)
@@ -101,6 +96,25 @@ def _plots(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
     return blocks
 
 
+def _changed(run: RunFolder) -> list[Block]:
+    if run.best is None or run.best == run.baseline:
+        return []
+    blocks: list[Block] = [Heading("Queries that got worse or better"), Paragraph(
+        f"Per slice, every query whose first relevant rank moved between the baseline and {run.label(run.best)} "
+        "(rank 0: no expected item returned). `rqsweep explain RUN_DIR QUERY_ID` shows both ranked lists and "
+        "which knob moved the item.")]
+    changed = changed_queries(run)
+    for s in run.slices[:-1]:
+        if s in changed:
+            frame = changed[s]
+            counts = frame["change"].value_counts()
+            words = ", ".join(f"{n} {c}" for c, n in sorted(counts.iter_rows()))
+            blocks += [Heading(f"{s}: {words}", 3), Table(frame)]
+    if not changed:
+        blocks.append(Paragraph("No query's first relevant rank moved."))
+    return blocks
+
+
 def _infeasible(run: RunFolder) -> list[Block]:
     overall = run.overall()
     count = overall.filter(~pl.col("feasible")).height
@@ -112,7 +126,7 @@ def _infeasible(run: RunFolder) -> list[Block]:
 
 
 def _recency(run: RunFolder) -> list[Block]:
-    chosen = parse_setting_id(run.chosen)
+    chosen = run.knobs(run.chosen)
     k, h = chosen.rrf_k, chosen.recency_half_life_days
     blocks: list[Block] = [Heading("What the recency blend costs")]
     if h == 0:
@@ -127,5 +141,5 @@ def _recency(run: RunFolder) -> list[Block]:
 def build(run: RunFolder) -> list[Block]:
     """The report's blocks for one run folder."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
-    return [*_headline(run), *_comparison(run), *_significance(run), *_knobs(run, tables), *_plots(run, tables),
-            *_infeasible(run), *_recency(run)]
+    return [*_headline(run), *_comparison(run), *_significance(run), *_changed(run), *_knobs(run, tables),
+            *_plots(run, tables), *_infeasible(run), *_recency(run)]

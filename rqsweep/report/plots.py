@@ -15,7 +15,6 @@ from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report.tables import knob_label
 from rqsweep.run_folder import RunFolder
-from rqsweep.space import parse_setting_id
 
 _DPI = 100
 _FLOOR_OFF_AT = -0.05  # where "no floor" sits on a min_similarity axis
@@ -34,7 +33,7 @@ def mrr_heatmap(run: RunFolder) -> bytes | None:
     None when the run has no such grid: fewer than two values of either knob, or fewer than half the
     cells filled (an optimiser samples points, it does not fill a grid).
     """
-    chosen = parse_setting_id(run.chosen)
+    chosen = run.knobs(run.chosen)
     cells = run.overall().filter(pl.col("min_similarity").eq_missing(chosen.min_similarity))
     ks = sorted(cells["rrf_k"].unique().to_list())
     hs = sorted(cells["recency_half_life_days"].unique().to_list())
@@ -70,7 +69,7 @@ def _box(x: float, y: float) -> Rectangle:
 
 def slice_mrr_by_knob(run: RunFolder, knob_tables: dict[str, pl.DataFrame]) -> bytes:
     """Per knob, each slice's MRR (and overall's, dashed) against the knob's values, other knobs at the chosen."""
-    chosen = parse_setting_id(run.chosen)
+    chosen = run.knobs(run.chosen)
     fig = Figure(figsize=(5 * len(knob_tables), 4))
     axes = fig.subplots(1, len(knob_tables), squeeze=False)[0]
     for ax, (knob, table) in zip(axes, knob_tables.items()):
@@ -116,7 +115,7 @@ def feasibility_map(run: RunFolder) -> bytes:
     fig = Figure(figsize=(12, 4.5))
     axes = fig.subplots(1, len(pairs))
     overall = run.overall()
-    chosen = parse_setting_id(run.chosen)
+    chosen = run.knobs(run.chosen)
     for ax, (xk, yk) in zip(axes, pairs):
         _set_scale(ax, xk, horizontal=True)
         _set_scale(ax, yk, horizontal=False)

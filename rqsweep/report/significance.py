@@ -18,7 +18,6 @@ import numpy as np
 import polars as pl
 
 from rqsweep.golden import OVERALL
-from rqsweep.metrics import reciprocal_rank
 
 ALPHA = 0.05
 ROUNDS = 10_000
@@ -78,7 +77,7 @@ def paired_differences(queries: pl.DataFrame, better: str, worse: str) -> pl.Dat
 
     def side(sid: str, name: str) -> pl.DataFrame:
         return queries.filter((pl.col("setting_id") == sid) & pl.col("error").is_null()).select(
-            "query_id", "slice", reciprocal_rank(pl.col("rank")).alias(name))
+            "query_id", "slice", pl.col("mrr").alias(name))
 
     joined = side(better, "a").join(side(worse, "b").drop("slice"), on="query_id", how="inner")
     return joined.select("query_id", "slice", (pl.col("a") - pl.col("b")).alias("d"))

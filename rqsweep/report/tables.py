@@ -7,14 +7,17 @@ from dataclasses import replace
 
 import polars as pl
 
+from rqsweep import metrics
 from rqsweep.constraints import constraint_slices, constraint_values
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report.render import format_cell
 from rqsweep.run_folder import RunFolder
-from rqsweep.space import parse_setting_id
 
-METRIC_LABELS = {"recall_at_5": "recall@5", "recall_at_10": "recall@10", "mrr": "MRR"}
+
+
+def metric_label(name: str) -> str:
+    return metrics.get(name).label
 
 
 def knob_label(knob: str, value: object) -> str:
@@ -32,7 +35,8 @@ def best_vs_baseline(run: RunFolder) -> pl.DataFrame:
     rows = []
     for s in run.slices:
         row: dict[str, object] = {"slice": s, "queries": base[s]["queries"]}
-        for metric, label in METRIC_LABELS.items():
+        for metric in run.metrics:
+            label = metric_label(metric)
             a, b = base[s][metric], best[s][metric]
             row |= {f"{label} baseline": a, f"{label} best": b,
                     f"{label} Δ": None if a is None or b is None else b - a}
@@ -46,7 +50,7 @@ def knob_table(run: RunFolder, knob: str) -> pl.DataFrame:
     Columns: the knob's value (as a label), feasible, each slice's MRR and recall@10, overall MRR;
     rows sorted by value (switched off first). Only values the run evaluated appear.
     """
-    anchor = parse_setting_id(run.chosen)
+    anchor = run.knobs(run.chosen)
     held = [pl.col(k).eq_missing(getattr(anchor, k)) for k in KNOBS if k != knob]
     subset = run.grid.filter(*held).sort(pl.col(knob), nulls_last=False)
     rows = []
@@ -62,7 +66,7 @@ def knob_table(run: RunFolder, knob: str) -> pl.DataFrame:
 
 def chosen_row(table: pl.DataFrame, run: RunFolder, knob: str) -> int:
     """Index of the chosen setting's row in a knob table."""
-    label = knob_label(knob, getattr(parse_setting_id(run.chosen), knob))
+    label = knob_label(knob, getattr(run.knobs(run.chosen), knob))
     return table[knob].to_list().index(label)
 
 
@@ -89,10 +93,40 @@ def infeasible_groups(run: RunFolder) -> pl.DataFrame:
             for one in (replace(c, slice=s) for s in constraint_slices(c, slices)):
                 if any(v > 0 for _, _, v in constraint_values(table, baseline, [one], slices)):
                     groups[(one.slice, one.describe())].append(sid)
-    tempting = f"highest {METRIC_LABELS[metric]} on {objective_slice} among them"
+    tempting = f"highest {metric_label(metric)} on {objective_slice} among them"
     rows = [{"slice": s, "violated constraint": c, "settings": len(ids),
-             tempting: f"{parse_setting_id(ids[0]).label()} ({format_cell(metric, objective[ids[0]])})"}
+             tempting: f"{run.label(ids[0])} ({format_cell(metric, objective[ids[0]])})"}
             for (s, c), ids in groups.items()]
     rows.sort(key=lambda r: (-r["settings"], r["slice"], r["violated constraint"]))
     return pl.DataFrame(rows, schema={"slice": pl.String, "violated constraint": pl.String,
                                       "settings": pl.Int64, tempting: pl.String})
+
+
+def changed_queries(run: RunFolder, top: int = 3) -> dict[str, pl.DataFrame]:
+    """Per slice, the queries whose first relevant rank changed between the baseline and the chosen setting,
+    worse first (rank 0 = not returned counts as worst), with the chosen setting's top results beside them.
+
+    Reads queries.parquet and hits.parquet only. Queries whose search failed under either setting are left out.
+    """
+    def side(sid: str, suffix: str) -> pl.DataFrame:
+        return run.queries([sid]).filter(pl.col("error").is_null()).select(
+            "query_id", "slice", "query", "expected", pl.col("rank").alias(f"rank {suffix}"))
+
+    pairs = side(run.baseline, "baseline").join(side(run.chosen, "chosen").select("query_id", "rank chosen"),
+                                                on="query_id")
+
+    def badness(rank: pl.Expr) -> pl.Expr:  # absent is worse than any position
+        return pl.when(rank == 0).then(10**6).otherwise(rank)
+
+    change = badness(pl.col("rank chosen")) - badness(pl.col("rank baseline"))
+    changed = pl.concat([pairs.filter(change > 0).with_columns(pl.lit("worse").alias("change")),
+                         pairs.filter(change < 0).with_columns(pl.lit("better").alias("change"))])
+    hits_path = run.path / "hits.parquet"
+    if hits_path.exists():
+        tops = (pl.scan_parquet(hits_path).filter(pl.col("setting_id") == run.chosen, pl.col("position") <= top)
+                .sort("position").group_by("query_id", maintain_order=True)
+                .agg(pl.col("key").str.join(", ").alias(f"chosen top {top}")).collect())
+        changed = changed.join(tops, on="query_id", how="left")
+    changed = changed.with_columns(pl.col("expected").list.join(", "))
+    return {s: group.sort("change", "query_id", descending=[True, False]).drop("slice")
+            for (s,), group in changed.group_by("slice", maintain_order=True)}

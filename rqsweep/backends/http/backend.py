@@ -6,9 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import polars as pl
 
-from rqsweep.backends.base import QUERY_SCHEMA
+from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.direct import Outcome, Searcher
@@ -18,11 +19,10 @@ from rqsweep.backends.http.replay import Replay
 from rqsweep.backends.http.seed import SEED_FILE, IdMap, listing, seed_corpus
 from rqsweep.config import HttpConfig, JobConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.scope import Scope
+from rqsweep.scope import Scope
 from rqsweep.errors import BackendError, InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
-from rqsweep.space import setting_id
 
 Log = Callable[[str], None]
 SEARCHES_PER_CHECKPOINT = 500  # direct searches a crash may cost at most
@@ -33,11 +33,13 @@ class HttpBackend:
     """Evaluates settings on a SOAT server; `tie_sensitive` is null (storage order is the server's own)."""
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], replay: Replay | None,
-                 profile: ServerProfile, log: Log):
+                 profile: ServerProfile, keys: dict[tuple[str, str], str], log: Log):
         self.searcher, self.queries, self.replay, self.profile, self.log = searcher, queries, replay, profile, log
+        self.keys = keys  # (source type, server id) -> corpus key, for ranked lists people read
         self.name = "http-replay" if replay else "http-direct"
         direct = len(replay.fallback) if replay else len(queries)
         self.checkpoint_every = max(1, SEARCHES_PER_CHECKPOINT // direct) if direct else 2000
+        self.n_expected = np.array([len(q.expected) for q in queries], np.int64)
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         for s in settings:
@@ -46,17 +48,34 @@ class HttpBackend:
         direct_queries = self.replay.fallback if self.replay else self.queries
         for (s, q), outcome in self.searcher.direct(settings, direct_queries).items():
             by_id[(s, direct_queries[q].id)] = outcome
-        rows = [(setting_id(k), q, by_id[(s, q.id)]) for s, k in enumerate(settings) for q in self.queries]
-        return pl.DataFrame({
-            "setting_id": [sid for sid, _, _ in rows],
-            "query_id": [q.id for _, q, _ in rows],
-            "slice": [q.slice for _, q, _ in rows],
-            "rank": [o.rank for _, _, o in rows],
-            "recall_at_5": [o.recall_at_5 for _, _, o in rows],
-            "recall_at_10": [o.recall_at_10 for _, _, o in rows],
-            "error": [o.error for _, _, o in rows],
-            "tie_sensitive": [None] * len(rows),
-        }, schema=QUERY_SCHEMA)
+        positions = np.zeros((len(settings), len(self.queries), max(self.n_expected, default=1)), np.int64)
+        errors = []
+        for s in range(len(settings)):
+            for q, query in enumerate(self.queries):
+                outcome = by_id[(s, query.id)]
+                errors.append(outcome.error)
+                if outcome.positions is not None:
+                    positions[s, q, : len(outcome.positions)] = outcome.positions
+        return outcome_frame(settings, [q.id for q in self.queries], positions, self.n_expected, errors)
+
+    def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
+        """Golden queries' ranked lists under one setting (all by default), as the server returns them (one search
+        each)."""
+        check_knobs(self.profile, knobs, self.searcher.client.base_url)
+
+        def one(query: PreparedQuery) -> list[RankedHit] | str:
+            try:
+                hits, _ = self.searcher.hits(query.text, knobs)
+            except RequestFailed as exc:
+                return str(exc)
+            return [RankedHit(p, self.keys.get((h.source_type, h.target_id), h.target_id), h.source_type,
+                              h.item_id if h.source_type == "document" else None, h.score, h.vector, h.lexical,
+                              h.similarity, 1.0 if h.source_type == "document" or not knobs.recency_half_life_days
+                              else None)
+                    for p, h in enumerate(hits, 1)]
+
+        queries = [q for q in self.queries if query_ids is None or q.id in query_ids]
+        return dict(zip((q.id for q in queries), self.searcher.client.map(one, queries)))
 
     def close(self) -> None:
         stats = self.searcher.client.stats
@@ -131,9 +150,12 @@ def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None) ->
     return tuple(s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), str))
 
 
-def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, run_dir: Path | None,
-                       log: Log) -> HttpBackend:
-    """Connect, seed or map ids, probe the server, and (in replay mode) fetch every query once."""
+def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *, workers: int, log: Log,
+                       run_dir: Path | None = None) -> HttpBackend:
+    """Connect, seed or map ids, probe the server, and (in replay mode) fetch every query once.
+
+    `workers` is unused: the client's `max_in_flight` is this backend's parallelism. The run folder keeps what
+    seeding created (seed.json), so that --resume does not seed again."""
     http = config.backend
     assert isinstance(http, HttpConfig)
     if http.mode != "direct" and http.replay_limit < config.limit:
@@ -168,7 +190,9 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
             stores = [s for s, on in (("document", scope.include_documents), ("memory", scope.include_memories))
                       if on]
             replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log)
-        return HttpBackend(searcher, queries, replay, profile, log)
+        keys = {**{("document", v): k for k, v in ids.documents.items()},
+                **{("memory", v): k for k, v in ids.memories.items()}}
+        return HttpBackend(searcher, queries, replay, profile, keys, log)
     except BaseException:
         client.close()
         raise

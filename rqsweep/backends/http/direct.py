@@ -1,25 +1,25 @@
-"""Direct mode: one search per (setting, query), each scored from the ranked list SOAT returns."""
+"""Direct mode: one search per (setting, query); the expected items' positions read from the list SOAT returns."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import (
-    SEARCH_PATH, Dialect, Hit, PreparedQuery, SearchScope, expected_positions, parse_hits, search_body,
+    SEARCH_PATH, Dialect, PreparedQuery, SearchScope, expected_positions, parse_hits, search_body,
 )
 from rqsweep.knobs import Knobs
-from rqsweep.metrics import first_relevant_rank, recall_at
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One (setting, query): rank and recalls, or the error of a search that failed (never a rank 0)."""
+    """One (setting, query): each expected item's position (0 = absent), or the error of a search that failed
+    (never a miss)."""
 
-    rank: int | None
-    recall_at_5: float | None
-    recall_at_10: float | None
+    positions: np.ndarray | None
     error: str | None = None
 
 
@@ -43,8 +43,8 @@ class Searcher:
         try:
             hits, _ = self.hits(query.text, knobs)
         except RequestFailed as exc:
-            return Outcome(None, None, None, str(exc))
-        return score(hits, query)
+            return Outcome(None, str(exc))
+        return Outcome(expected_positions(hits, query.expected)[0])
 
     def direct(self, settings: Sequence[Knobs], queries: Sequence[PreparedQuery]) -> dict[tuple[int, int], Outcome]:
         """Every (setting index, query index) searched on the server, `max_in_flight` at a time."""
@@ -52,8 +52,3 @@ class Searcher:
         outcomes = self.client.map(lambda p: self.outcome(queries[p[1]], settings[p[0]]), pairs)
         return dict(zip(pairs, outcomes))
 
-
-def score(hits: Sequence[Hit], query: PreparedQuery) -> Outcome:
-    positions = expected_positions(hits, query.expected)
-    return Outcome(int(first_relevant_rank(positions)[0]), float(recall_at(positions, 5)[0]),
-                   float(recall_at(positions, 10)[0]))

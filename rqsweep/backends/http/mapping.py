@@ -84,6 +84,7 @@ class Hit:
     vector: int | None  # 1-based position in the merged vector list (signals.vector)
     lexical: int | None  # 1-based position in the merged lexical list (signals.lexical)
     updated_at_ms: int | None
+    score: float | None = None  # the server's final score: only its order is the contract
 
     @property
     def identity(self) -> tuple[str, str]:
@@ -131,11 +132,13 @@ def _hit(row: object, i: int, dialect: Dialect) -> Hit:
     if signals is not None and not isinstance(signals, dict):
         raise ResponseShapeError(f"search response: {where}.signals = {signals!r}, expected an object")
     signals = signals or {}
+    score = row.get("score")
     return Hit(
         source_type, target, chunk if isinstance(chunk, str) and chunk else None,
         None if similarity is None or not math.isfinite(similarity) else float(similarity),
         _position(signals, "vector", where), _position(signals, "lexical", where),
         _timestamp_ms(row.get("updated_at"), where),
+        float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
     )
 
 

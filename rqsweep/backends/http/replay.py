@@ -22,8 +22,6 @@ from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, p
 from rqsweep.engine.fusion import fuse
 from rqsweep.errors import BackendError
 from rqsweep.knobs import Knobs
-from rqsweep.metrics import first_relevant_rank, recall_at
-from rqsweep.space import setting_id
 
 _SHOWN_MISMATCHES = 3
 
@@ -100,10 +98,8 @@ class Replay:
         out: dict[tuple[int, str], Outcome] = {}
         for r in self.replayed:
             positions = expected_positions(r.plan, batch, self.searcher.limit)
-            ranks = first_relevant_rank(positions)
-            r5, r10 = recall_at(positions, 5), recall_at(positions, 10)
             for s in range(len(settings)):
-                out[(s, r.query.id)] = Outcome(int(ranks[s]), float(r5[s]), float(r10[s]))
+                out[(s, r.query.id)] = Outcome(positions[s])
         self._verify(settings)
         return out
 
@@ -125,13 +121,13 @@ class Replay:
             try:
                 hits, _ = self.searcher.hits(r.query.text, knobs)
             except RequestFailed as exc:
-                raise BackendError(f"verify: the direct search for {setting_id(knobs)} / {r.query.id} "
+                raise BackendError(f"verify: the direct search for {knobs.id} / {r.query.id} "
                                    f"failed: {exc}") from None
             direct, replayed = [h.identity for h in hits], self.ranked(r, knobs)
             if direct == replayed:
                 return None
             at = next(i for i, (a, b) in enumerate(zip(direct + [None], replayed + [None])) if a != b)
-            return (f"{setting_id(knobs)} / query {r.query.id}: first difference at position {at + 1}: "
+            return (f"{knobs.id} / query {r.query.id}: first difference at position {at + 1}: "
                     f"server {direct[at] if at < len(direct) else 'end'} vs replay "
                     f"{replayed[at] if at < len(replayed) else 'end'}")
 

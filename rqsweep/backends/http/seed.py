@@ -17,7 +17,7 @@ from rqsweep.config import SeedConfig
 from rqsweep.corpus import Corpus
 from rqsweep.errors import BackendError, InputError
 from rqsweep.files import read_data
-from rqsweep.results import write_json
+from rqsweep.files import write_json
 
 SEED_FILE = "seed.json"
 

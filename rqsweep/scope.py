@@ -1,4 +1,4 @@
-"""Which rows a search may see: SOAT's tag, store, path and id filters."""
+"""Which rows a search may see: SOAT's tag, store, path and id filters (`search:` in a config)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,3 @@ class Scope:
     def key(self) -> tuple:
         return (tuple(sorted(self.tags.items())), self.include_documents, self.include_memories,
                 self.memory_stores, self.document_paths, self.document_keys)
-
-
-def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
-    """JSONB containment `row_tags @> wanted` for flat string maps."""
-    return all(row_tags.get(k) == v for k, v in wanted.items())

@@ -1,0 +1,60 @@
+"""A run's inputs, read and cross-checked before any search: config, metrics, corpus and golden set."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rqsweep import metrics
+from rqsweep.config import JobConfig, load_config
+from rqsweep.corpus import Corpus, load_corpus
+from rqsweep.errors import InputError
+from rqsweep.golden import OVERALL, GoldenSet, load_golden
+
+
+@dataclass
+class Inputs:
+    config: JobConfig
+    golden: GoldenSet
+    corpus: Corpus
+    corpus_sha256: str | None  # of the corpus file, when it is not inline in the golden set
+    metrics: tuple[str, ...]  # what the run computes: the config's `metrics:`, plus what objective and constraints use
+
+    @property
+    def sha256(self) -> str:
+        """Everything a run's results depend on: config, sweep space (a named file too), corpus, golden set."""
+        parts = (self.config.sha256, repr(self.config.sweep), self.corpus_sha256 or "", self.golden.sha256)
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _metric_names(config: JobConfig) -> tuple[str, ...]:
+    """The metrics a run computes, each checked against the registry: the `metrics:` list (default SOAT's),
+    the objective's, the constraints', and the nightly gate's."""
+    named = [("metrics", i, m) for i, m in enumerate(config.metrics or metrics.DEFAULT_METRICS)]
+    named.append(("objective.metric", None, config.objective.metric))
+    named += [(f"constraints[{i}].metric", None, c.metric) for i, c in enumerate(config.constraints)]
+    for where, i, name in named:
+        try:
+            metrics.get(name)
+        except KeyError:
+            raise InputError(config.path, where if i is None else f"{where}[{i}]",
+                             f"{name!r}: no such metric (known: {metrics.known()})") from None
+    return tuple(dict.fromkeys([*(name for _, _, name in named), *metrics.GATED]))
+
+
+def load_inputs(config_path: Path) -> Inputs:
+    """Read and cross-check everything a run needs before any search is made."""
+    config = load_config(config_path)
+    names = _metric_names(config)
+    corpus = load_corpus(config.corpus) if config.corpus else None
+    golden = load_golden(config.golden, corpus)
+    corpus_sha256 = hashlib.sha256(config.corpus.read_bytes()).hexdigest() if config.corpus else None
+    slices = set(golden.slices) | {OVERALL, "*"}
+    for i, c in enumerate(config.constraints):
+        if c.slice not in slices:
+            raise InputError(config.path, f"constraints[{i}].slice",
+                             f"{c.slice!r}: no such slice in {golden.path.name} (slices: {', '.join(golden.slices)})")
+    if config.objective.slice not in slices - {"*"}:
+        raise InputError(config.path, "objective.slice", f"{config.objective.slice!r}: no such slice")
+    return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)

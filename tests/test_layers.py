@@ -1,0 +1,62 @@
+"""Data flows one way: config -> golden set and corpus -> backend -> metrics -> strategy and constraints ->
+results and report -> the job -> the command line. No module imports from a later step (lazy imports included)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rqsweep"
+# Module (or package) -> its step; a module may import only from its own step or earlier ones.
+STEPS = [
+    ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.progress"),
+    ("rqsweep.config",),
+    ("rqsweep.corpus", "rqsweep.golden"),
+    ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
+    ("rqsweep.metrics",),
+    ("rqsweep.inputs", "rqsweep.space", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation"),
+    ("rqsweep.results", "rqsweep.run_folder"),
+    ("rqsweep.report", "rqsweep.gate"),
+    ("rqsweep.job",),
+    ("rqsweep.cli",),
+]
+
+
+def step_of(module: str) -> int:
+    best = None
+    for step, prefixes in enumerate(STEPS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (step, len(prefix))
+    assert best is not None, f"{module} is in no step of the data line: add it to STEPS"
+    return best[0]
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names
+                         if (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists()
+                         or (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).is_dir())
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m == "rqsweep" or m.startswith("rqsweep.")}
+
+
+def test_no_module_imports_against_the_data_line():
+    against = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+        mine = step_of(module)
+        for imported in imports(path):
+            if imported != "rqsweep" and step_of(imported) > mine:
+                against.append(f"{module} (step {mine}) imports {imported} (step {step_of(imported)})")
+    assert against == []
+
+
+def test_the_check_sees_a_violation():
+    # The rule is not vacuous: the job sits after the backends, so a backend importing it would be caught.
+    assert step_of("rqsweep.backends.http.seed") < step_of("rqsweep.job")
+    assert step_of("rqsweep.config") < step_of("rqsweep.engine.index") < step_of("rqsweep.metrics")

@@ -1,0 +1,88 @@
+"""The metric registry against hand-computed values: ties of positions, several expected keys, absent items."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rqsweep import metrics
+
+# Three queries: [first slot 3, second key absent], [one key at 1], [nothing returned], and one with
+# three keys at 2, 5 and 12 (past a cut-off of 10).
+POSITIONS = np.array([[3, 0, 0], [1, 0, 0], [0, 0, 0], [2, 5, 12]])
+N_EXPECTED = np.array([2, 1, 1, 3])
+
+
+def value(name: str) -> list[float]:
+    return metrics.get(name).per_query(POSITIONS, N_EXPECTED).tolist()
+
+
+def test_recall_counts_expected_items_within_the_cut_off():
+    assert value("recall_at_5") == [0.5, 1.0, 0.0, 2 / 3]
+    assert value("recall_at_10") == [0.5, 1.0, 0.0, 2 / 3]
+    assert value("recall_at_1") == [0.0, 1.0, 0.0, 0.0]
+    assert value("recall_at_20") == [0.5, 1.0, 0.0, 1.0]
+
+
+def test_mrr_is_the_reciprocal_of_the_first_slot_any_expected_item_holds():
+    assert value("mrr") == [1 / 3, 1.0, 0.0, 0.5]
+
+
+def test_precision_divides_by_the_cut_off_not_by_what_was_returned():
+    assert value("precision_at_5") == [1 / 5, 1 / 5, 0.0, 2 / 5]
+    assert value("precision_at_1") == [0.0, 1.0, 0.0, 0.0]
+
+
+def test_hit_is_success_at_k():
+    assert value("hit_at_1") == [0.0, 1.0, 0.0, 0.0]
+    assert value("hit_at_3") == [1.0, 1.0, 0.0, 1.0]
+
+
+def test_ndcg_uses_binary_gains_and_the_ideal_order_of_min_expected_k_items():
+    got = value("ndcg_at_10")
+    assert got[0] == pytest.approx((1 / math.log2(4)) / (1 + 1 / math.log2(3)))
+    assert got[1] == 1.0
+    assert got[2] == 0.0
+    ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert got[3] == pytest.approx((1 / math.log2(3) + 1 / math.log2(6)) / ideal)
+    # With a cut-off below |expected|, the ideal list holds k items only: a perfect top 2 scores 1.
+    assert metrics.get("ndcg_at_2").per_query(np.array([[1, 2, 0]]), np.array([3])).tolist() == [1.0]
+
+
+def test_r_precision_cuts_at_the_number_of_expected_items():
+    # R = 2: only position 3 is past it; R = 3: positions 2 and 5 -> only 2 within 3.
+    assert value("r_precision") == [0.0, 1.0, 0.0, 1 / 3]
+
+
+def test_unknown_names_and_out_of_range_cut_offs_are_refused():
+    for name in ("map", "recall_at_0", "recall_at_101", "bogus_at_5", "recall@10"):
+        with pytest.raises(KeyError):
+            metrics.get(name)
+    assert "recall_at_K" in metrics.known()
+
+
+def test_a_failed_search_has_no_metric_and_is_left_out_of_the_averages():
+    outcomes = pl.DataFrame({
+        "setting_id": ["s"] * 3, "query_id": ["a", "b", "c"], "slice": ["x", "x", "y"],
+        "positions": pl.Series([[3, None], None, [None]], dtype=pl.List(pl.Int64)),
+        "error": [None, "HTTP 503", None], "tie_sensitive": pl.Series([None, None, None], dtype=pl.Boolean),
+    })
+    scored = metrics.score_queries(outcomes, ["recall_at_5", "mrr"])
+    assert scored["rank"].to_list() == [3, None, 0]
+    assert scored["mrr"].to_list() == [1 / 3, None, 0.0]
+    assert scored["recall_at_5"].to_list() == [0.5, None, 0.0]
+    table = {r["slice"]: r for r in metrics.slice_metrics(scored, ["mrr"]).iter_rows(named=True)}
+    assert table["x"]["mrr"] == 1 / 3 and table["x"]["errors"] == 1 and table["x"]["queries"] == 2
+    assert table["overall"]["mrr"] == pytest.approx(1 / 6)
+    # No backend could tell storage-order sensitivity: the sum stays null, not 0.
+    assert table["overall"]["tie_sensitive"] is None
+
+
+def test_padded_positions_read_sliced_list_columns():
+    series = pl.Series([[1, None], [None, 4, 2], None, [7]], dtype=pl.List(pl.Int64)).slice(1, 3)
+    padded, lengths = metrics.padded_positions(series)
+    assert padded.tolist() == [[0, 4, 2], [0, 0, 0], [7, 0, 0]]
+    assert lengths.tolist() == [3, 0, 1]
