@@ -2,6 +2,7 @@
 
     rqsweep CONFIG [--dry-run] [--compare PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] ...
     rqsweep report RUN_DIR
+    rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
@@ -86,6 +87,19 @@ def _report_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _explain_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep explain",
+        description="Show what the baseline and the chosen setting (or --setting) ranked for one query, side by "
+                    "side, where each expected item sits, and which knob moved it.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("query_id", metavar="QUERY_ID")
+    p.add_argument("--setting", metavar="SETTING_ID",
+                   help="compare the baseline with this setting (an id such as k20_m0.3_h30.0) instead of the "
+                        "chosen one; recomputed from the run's config when the run did not store its lists")
+    return p
+
+
 def _gate_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rqsweep gate", parents=[_gate_options()],
                                 description="Gate a finished run against an earlier one and/or a gate file.")
@@ -155,6 +169,14 @@ def _report(argv: list[str]) -> int:
     return 0
 
 
+def _explain(argv: list[str]) -> int:
+    from rqsweep.report.explain import explain
+
+    args = _explain_parser().parse_args(argv)
+    print(explain(args.run_dir, args.query_id, args.setting))
+    return 0
+
+
 def _gate(argv: list[str]) -> int:
     p = _gate_parser()
     args = p.parse_args(argv)
@@ -171,11 +193,11 @@ def _serve(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|gate ...` work on finished run folders;
+    """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|explain|gate ...` work on finished run folders;
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "gate": _gate, "serve": _serve}
+    commands = {"report": _report, "explain": _explain, "gate": _gate, "serve": _serve}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:
         return command(argv)
