@@ -14,7 +14,8 @@ from joblib.externals.loky import ProcessPoolExecutor
 from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions
+from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, plan_query
+from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
@@ -65,13 +66,18 @@ class EmbeddedBackend:
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1,
                  log: Callable[[str], None] = lambda _: None):
         self.index, self.golden, self.limit, self.scope, self.workers = index, golden, limit, scope, workers
-        vectors = index.embed_queries([q.query for q in golden.queries])
+        self.vectors = index.embed_queries([q.query for q in golden.queries])
+        self.candidates: list[Candidates] = []  # per query, in the index's tie order: `ranked` re-fuses them
         plans = {order: [] for order in TIE_ORDERS}
+        ages = index.memory_age_days()
         started = last = time.monotonic()
-        for n, (q, vector) in enumerate(zip(golden.queries, vectors), 1):
+        for n, (q, vector) in enumerate(zip(golden.queries, self.vectors), 1):
             keys = [e.key for e in q.expected]
             for order in TIE_ORDERS:
-                plans[order].append(index.plan(q.query, keys, limit, scope, order, vector))
+                candidates = index.candidates(q.query, limit, scope, order, vector)
+                plans[order].append(plan_query(candidates, index.expected_rows(keys), ages))
+                if order == index.tie_order:
+                    self.candidates.append(candidates)
             if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
                 last = time.monotonic()
                 log(f"candidates: {n}/{len(golden.queries)} queries, {last - started:.0f}s")
@@ -98,12 +104,14 @@ class EmbeddedBackend:
                              tie_sensitive=tie)
 
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
-        """Golden queries' ranked lists under one setting (all by default), by the reference path (`Index.search`)."""
+        """Golden queries' ranked lists under one setting (all by default), by the reference path from the
+        candidates extracted at start-up (what `Index.search` returns)."""
         wanted = None if query_ids is None else set(query_ids)
         return {q.id: [RankedHit(p, r.key, r.source_type, r.chunk_id, r.score, r.signals.get("vector"),
                                  r.signals.get("lexical"), r.similarity_score, r.recency_factor)
-                       for p, r in enumerate(self.index.search(q.query, knobs, self.limit, self.scope), 1)]
-                for q in self.golden.queries if wanted is None or q.id in wanted}
+                       for p, r in enumerate(self.index.results(candidates, vector, knobs, self.limit), 1)]
+                for q, candidates, vector in zip(self.golden.queries, self.candidates, self.vectors)
+                if wanted is None or q.id in wanted}
 
     def close(self) -> None:
         if self._pool is not None:

@@ -167,11 +167,18 @@ class Index:
         limit = clamp_limit(limit)
         query_vector = self.embed_queries([query])[0]
         candidates = self.candidates(query, limit, scope, tie_order, query_vector)
+        return self.results(candidates, query_vector, knobs, limit, now)
+
+    def results(self, candidates: Candidates, query_vector: np.ndarray, knobs: Knobs, limit: int,
+                now: datetime | None = None) -> list[SearchResult]:
+        """A query's ranked results from its candidates (`candidates`), for one setting: what `search` returns."""
         ages = self.memory_age_days(now)
         fused = fuse(candidates, knobs, limit, ages)
-        similarity: dict[tuple[str, int], float] = {}
+        # A vector candidate's score is its cosine already; only lexical-only results need one computed.
+        similarity = {(c.source_type, c.row): c.score for c in candidates.vector}
         for source_type, store in self.stores.items():
-            rows = np.array([f.row for f in fused if f.source_type == source_type], dtype=np.int64)
+            rows = np.array([f.row for f in fused if f.source_type == source_type
+                             and (source_type, f.row) not in similarity], dtype=np.int64)
             if len(rows):
                 distances = cosine_distance(store.vectors[rows], query_vector, norms=store.norms[rows])
                 similarity.update(((source_type, int(r)), 1.0 - float(d)) for r, d in zip(rows, distances))
