@@ -219,6 +219,30 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class Validation:
+    """k-fold cross-validation over queries, stratified by slice (`validation:`), on the evaluated grid."""
+
+    folds: int = 5
+    seed: int = 0
+
+
+def read_validation(value: object, file: Path) -> Validation | None:
+    """The `validation:` value: a mapping {folds, seed}, true for the defaults, false (or folds 0) for none.
+
+    Absent (None) means the defaults: a run states its held-out gain unless told not to.
+    """
+    if value is None or value is True:
+        return Validation()
+    if value is False:
+        return None
+    sec = Section(value, file, "validation").only("folds", "seed")
+    folds = sec.get("folds", int, Validation.folds, lambda v: v == 0 or v >= 2,
+                    "must be >= 2 (or 0 for no cross-validation)")
+    seed = sec.get("seed", int, Validation.seed, lambda v: v >= 0, "must be >= 0")
+    return Validation(folds, seed) if folds else None
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     path: Path
@@ -237,6 +261,7 @@ class JobConfig:
     # by the job (rqsweep.metrics sits downstream of the config)
     workers: int
     output_dir: Path
+    validation: Validation | None = Validation()
 
 
 def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
@@ -444,7 +469,7 @@ def load_config(path: Path) -> JobConfig:
     raw_bytes, data = read_data(path, "config")
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
-        "objective", "constraints", "metrics", "workers", "output_dir",
+        "objective", "constraints", "metrics", "workers", "output_dir", "validation",
     )
     base = path.parent
     corpus = top.get("corpus", str, None)
@@ -479,5 +504,6 @@ def load_config(path: Path) -> JobConfig:
         metrics=_metric_names(top),
         workers=top.get("workers", int, 1, lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)"),
         output_dir=(base / out).resolve(),
+        validation=read_validation(top.data.get("validation"), path),
     )
 
