@@ -1,0 +1,187 @@
+"""Cross-validation of the chosen setting: folds stratified by slice, picks on k-1 folds, scores on the held-out one."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rqsweep.config import Constraint, Validation, load_config
+from rqsweep.constraints import choose_best
+from rqsweep.errors import InputError
+from rqsweep.golden import OVERALL
+from rqsweep.validation import assign_folds, cross_validate, summary_lines
+from tests.minijob import write_job
+
+B, S, X = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0"  # baseline, steady gain, spike on one fold
+
+
+def golden(sizes: dict[str, int]) -> pl.DataFrame:
+    return pl.DataFrame([{"query_id": f"{s}-{i:02d}", "slice": s} for s, n in sizes.items() for i in range(n)])
+
+
+def per_query(queries: pl.DataFrame, values: dict[str, dict[str, dict[str, float | None]]]) -> pl.DataFrame:
+    """Rows from setting -> metric -> query_id -> value (None: the search failed)."""
+    rows = []
+    for sid, by_metric in values.items():
+        for q, s in queries.select("query_id", "slice").rows():
+            cells = {m: by_query[q] for m, by_query in by_metric.items()}
+            failed = any(v is None for v in cells.values())
+            rows.append({"setting_id": sid, "query_id": q, "slice": s, "error": "HTTP 503" if failed else None,
+                         **cells})
+    return pl.DataFrame(rows, schema_overrides={"error": pl.String, **{m: pl.Float64 for m in by_metric}})
+
+
+def fold_members(queries: pl.DataFrame, folds: dict[str, int], fold: int, slice_: str) -> list[str]:
+    return [q for q, s in queries.rows() if folds[q] == fold and s == slice_]
+
+
+def test_folds_hold_each_slice_in_proportion_and_the_seed_fixes_them():
+    queries = golden({"a": 23, "b": 12, "c": 3})
+    folds = assign_folds(queries, 5, seed=0)
+    assert folds == assign_folds(queries.reverse(), 5, seed=0)  # the input's row order does not matter
+    assert folds != assign_folds(queries, 5, seed=1)
+    by_fold = Counter(folds.values())
+    assert sorted(by_fold.values()) == [7, 7, 8, 8, 8]  # 38 queries: sizes differ by one
+    for s, n in {"a": 23, "b": 12, "c": 3}.items():
+        counts = Counter(f for q, f in folds.items() if q.startswith(f"{s}-"))
+        # Each fold holds floor or ceil of n / 5 of the slice; slice c, smaller than the folds, spreads over 3.
+        assert all(c in (n // 5, -(-n // 5)) for c in (counts.get(f, 0) for f in range(5)))
+        assert sum(counts.values()) == n
+    assert len({f for q, f in folds.items() if q.startswith("c-")}) == 3
+
+
+def overfitting_run() -> tuple[pl.DataFrame, dict[str, int]]:
+    """Slice a: 10 queries, slice b: 5; 5 folds of 2 a-queries and 1 b-query each.
+
+    Baseline B: MRR 0.5 everywhere, except 0 on fold 0's two a-queries.
+    S: B's values, but 0.75 on every b-query: +0.25 on each of 5 queries, a steady +1.25 in all.
+    X: 1.0 on fold 0's two a-queries (+1.0 each), 0.25 on the other eight (-0.25 each), 1.0 on every b-query
+       (+0.5 each): +2.5 in all, the in-sample best, but +0 on each fold other than fold 0.
+    """
+    queries = golden({"a": 10, "b": 5})
+    folds = assign_folds(queries, 5, seed=0)
+    spike = fold_members(queries, folds, 0, "a")
+    base = {q: 0.0 if q in spike else 0.5 for q in folds}
+    steady = {q: 0.75 if q.startswith("b-") else base[q] for q in folds}
+    spiky = {q: 1.0 if q in spike or q.startswith("b-") else 0.25 for q in folds}
+    return per_query(queries, {B: {"mrr": base}, S: {"mrr": steady}, X: {"mrr": spiky}}), folds
+
+
+def test_the_in_sample_best_that_overfits_one_fold_gains_less_held_out():
+    rows, folds = overfitting_run()
+    cv = cross_validate(rows, [B, S, X], B, ("mrr", OVERALL), [], ["a", "b"], ["mrr"], Validation(5, 0))
+    assert cv.in_sample_best == X
+    # Fold 0 held out: X's training gain is 0 (its spike is held out), S's +1.0: S. Every other fold keeps
+    # the spike in its training part: X's +2.5 beats S's +1.0.
+    assert cv.choices == (S, X, X, X, X)
+    assert cv.agreement() == (X, 4)
+    assert cv.held_out_queries == (3, 3, 3, 3, 3)
+    overall, a, b = cv.gains[OVERALL]["mrr"], cv.gains["a"]["mrr"], cv.gains["b"]["mrr"]
+    # In-sample: X's +2.5 over 15 queries; held out: S on fold 0 (+0.25 on its b-query, 0 on its a-queries),
+    # X on folds 1-4 (-0.25 -0.25 +0.5 = 0 each).
+    assert overall.in_sample_gain == pytest.approx(2.5 / 15)
+    assert overall.held_out_gain == pytest.approx(0.25 / 15)
+    assert overall.baseline == pytest.approx(6.5 / 15) and overall.queries == 15
+    assert a.in_sample_gain == pytest.approx(0.0) and a.held_out_gain == pytest.approx(-2.0 / 10)
+    assert b.in_sample_gain == pytest.approx(0.5) and b.held_out_gain == pytest.approx(2.25 / 5)
+    lines = summary_lines(cv, "MRR")
+    assert lines[0] == ("Held-out gain (5-fold CV, stratified by slice): overall MRR +0.0167 (in-sample +0.1667); "
+                        "folds agree on the setting 4 of 5")
+    assert f"4 of 5 folds chose {X} (the in-sample best)" in lines[1]
+
+
+def test_a_fold_without_a_feasible_setting_keeps_the_baseline():
+    # Two folds, each one a-query and one b-query. Every slice's MRR must reach 0.6: the baseline (0.5) never
+    # does; Y does on fold 0's queries but collapses b on fold 1's, so on all of them too.
+    queries = golden({"a": 2, "b": 2})
+    folds = assign_folds(queries, 2, seed=3)
+    fold1_b = fold_members(queries, folds, 1, "b")
+    y = {q: 0.0 if q in fold1_b else 1.0 for q in folds}
+    rows = per_query(queries, {B: {"mrr": dict.fromkeys(folds, 0.5)}, "k5_moff_h0.0": {"mrr": y}})
+    floor = [Constraint("mrr", "*", min=0.6)]
+    cv = cross_validate(rows, [B, "k5_moff_h0.0"], B, ("mrr", OVERALL), floor, ["a", "b"], ["mrr"],
+                        Validation(2, 3))
+    assert cv.in_sample_best is None
+    # Fold 0 trains on fold 1's queries, where Y's b is 0: nothing feasible. Fold 1 trains on fold 0's: Y.
+    assert cv.choices == (None, "k5_moff_h0.0")
+    a, b, overall = cv.gains["a"]["mrr"], cv.gains["b"]["mrr"], cv.gains[OVERALL]["mrr"]
+    assert a.held_out == pytest.approx(0.75) and b.held_out == pytest.approx(0.25)
+    assert overall.held_out_gain == pytest.approx(0.0) and overall.in_sample_gain == pytest.approx(0.0)
+    assert "1 " + B + " (nothing feasible, the baseline stands)" in summary_lines(cv)[1]
+
+
+def test_a_failed_search_makes_a_setting_incomplete_on_the_folds_that_train_on_it():
+    queries = golden({"a": 4})
+    folds = assign_folds(queries, 2, seed=0)
+    failed = fold_members(queries, folds, 0, "a")[0]
+    better = {q: None if q == failed else 1.0 for q in folds}
+    rows = per_query(queries, {B: {"mrr": dict.fromkeys(folds, 0.5)}, "k5_moff_h0.0": {"mrr": better}})
+    cv = cross_validate(rows, [B, "k5_moff_h0.0"], B, ("mrr", OVERALL), [], ["a"], ["mrr"], Validation(2, 0))
+    assert cv.in_sample_best == B  # incomplete on all queries: never best
+    assert cv.choices == ("k5_moff_h0.0", B)
+    gain = cv.gains[OVERALL]["mrr"]
+    # Held out: fold 0's queries by the better setting (one failed: left out), fold 1's by the baseline.
+    assert gain.held_out == pytest.approx((1.0 + 0.5 + 0.5) / 3) and gain.baseline == 0.5
+
+
+def reference_choice(rows: pl.DataFrame, order: list[str], baseline: str, constraints, slices, train: set[str]):
+    """The best feasible setting on `train`'s queries, from polars means and choose_best over every setting."""
+    part = rows.filter(pl.col("query_id").is_in(sorted(train)))
+    ok = pl.col("error").is_null()
+    aggregations = [pl.col(m).filter(ok).mean() for m in ("mrr", "recall_at_10")] + [(~ok).sum().alias("errors")]
+    tables: dict = {}
+    errors: dict = {}
+    for frame, slice_column in ((part.group_by("setting_id", "slice").agg(aggregations), "slice"),
+                                (part.group_by("setting_id").agg(aggregations).with_columns(
+                                    pl.lit(OVERALL).alias("slice")), "slice")):
+        for r in frame.iter_rows(named=True):
+            tables.setdefault(r["setting_id"], {})[r[slice_column]] = {"mrr": r["mrr"],
+                                                                         "recall_at_10": r["recall_at_10"]}
+            if r[slice_column] == OVERALL:
+                errors[r["setting_id"]] = r["errors"]
+    present = sorted(set(part["slice"].to_list()))
+    return choose_best(order, tables, baseline, "mrr", OVERALL, constraints, present, errors)[0]
+
+
+def test_the_vectorised_folds_choose_what_choose_best_chooses_over_every_setting():
+    # 300 settings x 40 queries of discrete reciprocal ranks (many ties), a few failed searches, and
+    # constraints that reject most settings: each fold's choice must match the plain computation.
+    rng = np.random.default_rng(11)
+    queries = golden({"a": 17, "b": 15, "c": 8})
+    order = [f"k{k}_moff_h0.0" for k in range(1, 301)]
+    ranks = rng.integers(0, 6, size=(len(order), queries.height))
+    rows = pl.DataFrame({
+        "setting_id": np.repeat(order, queries.height), "query_id": queries["query_id"].to_list() * len(order),
+        "slice": queries["slice"].to_list() * len(order),
+        "mrr": np.where(ranks > 0, 1 / np.maximum(ranks, 1), 0.0).ravel(),
+        "recall_at_10": (ranks > 0).astype(float).ravel(),
+        "error": pl.Series(np.where(rng.random(ranks.size) < 0.002, "timeout", "")).replace("", None),
+    })
+    baseline = order[150]
+    constraints = [Constraint("recall_at_10", "*", max_drop=0.1), Constraint("mrr", "c", min=0.3)]
+    cv = cross_validate(rows, order, baseline, ("mrr", OVERALL), constraints, ["a", "b", "c"],
+                        ["mrr", "recall_at_10"], Validation(5, 2))
+    folds = assign_folds(queries, 5, seed=2)
+    for f in range(5):
+        train = {q for q, g in folds.items() if g != f}
+        assert cv.choices[f] == reference_choice(rows, order, baseline, constraints, ["a", "b", "c"], train)
+    assert cv.in_sample_best == reference_choice(rows, order, baseline, constraints, ["a", "b", "c"], set(folds))
+    assert len({c for c in cv.choices if c}) >= 2  # the data is noisy enough for the folds to disagree
+
+
+def test_validation_is_optional_and_checked(tmp_path):
+    assert load_config(write_job(tmp_path / "default")).validation == Validation(5, 0)
+    assert load_config(write_job(tmp_path / "off", validation=False)).validation is None
+    assert load_config(write_job(tmp_path / "zero", validation={"folds": 0})).validation is None
+    assert load_config(write_job(tmp_path / "ten", validation={"folds": 10, "seed": 4})).validation == Validation(10, 4)
+    for value, where, words in [({"folds": 1}, "validation.folds", "1: must be >= 2"),
+                                ({"folds": "5"}, "validation.folds", "'5': expected int"),
+                                ({"seed": -1}, "validation.seed", "-1: must be >= 0"),
+                                ({"fold": 5}, "validation.fold", "unknown key"),
+                                (3, "validation", "expected a mapping")]:
+        with pytest.raises(InputError) as err:
+            load_config(write_job(tmp_path / "bad", validation=value))
+        assert err.value.file.endswith("job.yaml") and err.value.where == where and words in err.value.problem
