@@ -230,9 +230,10 @@ def summary_lines(cv: CrossValidation, metric_label: str | None = None) -> list[
     lines = [f"Held-out gain ({cv.folds}-fold CV, stratified by slice): {objective_slice} {metric_label or metric} "
              f"{_signed(gain.held_out_gain)} (in-sample {_signed(gain.in_sample_gain)}); "
              f"folds agree on the setting {agreeing} of {cv.folds}"]
-    most = "the in-sample best" if setting == (cv.in_sample_best or cv.baseline) else "not the in-sample best"
-    lines.append(f"  {agreeing} of {cv.folds} folds chose {setting} ({most}); per fold: "
-                 + ", ".join(f"{f + 1} {c or f'{cv.baseline} (nothing feasible, the baseline stands)'}"
+    in_sample = cv.in_sample_best or cv.baseline
+    lines.append(f"  {agreeing} of {cv.folds} folds chose {setting} "
+                 f"({'as on all queries' if setting == in_sample else f'on all queries: {in_sample}'}); by fold: "
+                 + "; ".join(f"{f + 1}: {c or f'nothing feasible, the baseline {cv.baseline} stands'}"
                              for f, c in enumerate(cv.choices)))
     return lines
 

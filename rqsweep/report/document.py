@@ -7,14 +7,16 @@ import polars as pl
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report import plots
+from rqsweep.report.held_out import gain_table, run_cross_validation
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
 from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
 from rqsweep.run_folder import RunFolder
+from rqsweep.validation import CrossValidation, summary_lines
 
 
-def _headline(run: RunFolder) -> list[Block]:
+def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     overall = run.overall()
     metric, slice_ = run.objective
     facts = (f"Run {run.run_id} · {run.strategy} over {overall.height} settings, "
@@ -28,7 +30,25 @@ def _headline(run: RunFolder) -> list[Block]:
         best = format_cell(metric, run.slice_rows(run.best)[slice_][metric])
         decision = (f"Best feasible setting: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
                     f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
-    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(facts), Paragraph(decision)]
+    held_out = [Paragraph(summary_lines(cv, metric_label(metric))[0])] if cv else []
+    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(facts), Paragraph(decision), *held_out]
+
+
+def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
+    blocks: list[Block] = [Heading("How much of the gain holds on unseen queries")]
+    if cv is None:
+        return blocks + [Paragraph("No cross-validation: the config turns it off (`validation: false` or "
+                                   "`folds: 0`), or the golden set has fewer than two queries.")]
+    others = cv.folds - 1
+    return blocks + [
+        Paragraph(" ".join(summary_lines(cv, metric_label(run.objective[0]))[1:]).strip() + "."),
+        Table(gain_table(cv), note=(
+            f"The queries are split into {cv.folds} folds (seed {cv.seed}), each holding every slice's queries in "
+            f"proportion. Each fold's setting is picked on the other {others} folds' queries by the run's own "
+            f"rule (the constraints checked against the baseline on those queries), then scored on the fold's "
+            f"queries; a fold with no feasible setting keeps the baseline. Δ held-out: every query scored by "
+            f"the setting chosen without it, minus the baseline. Δ in-sample: the best setting on all queries, "
+            f"scored on the same queries (the table above). No search was repeated."))]
 
 
 def _comparison(run: RunFolder) -> list[Block]:
@@ -141,5 +161,6 @@ def _recency(run: RunFolder) -> list[Block]:
 def build(run: RunFolder) -> list[Block]:
     """The report's blocks for one run folder."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
-    return [*_headline(run), *_comparison(run), *_significance(run), *_changed(run), *_knobs(run, tables),
-            *_plots(run, tables), *_infeasible(run), *_recency(run)]
+    cv = run_cross_validation(run)
+    return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv), *_significance(run), *_changed(run),
+            *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *_recency(run)]
