@@ -11,7 +11,7 @@ import pytest
 from rqsweep.errors import InputError
 from rqsweep.report import write_report
 from rqsweep.report.recency import ranks_lost, recency_cost
-from rqsweep.report.significance import paired_differences, paired_test, significance_table
+from rqsweep.report.significance import holm, paired_differences, paired_test, significance_table
 from rqsweep.report.tables import best_vs_baseline, infeasible_groups, knob_table
 from rqsweep.run_folder import read_run_folder
 from tests.runfolders import CONFIG, query_rows, write_run
@@ -114,6 +114,15 @@ def test_paired_test_separates_a_clear_gain_from_luck():
     assert worse.significant and worse.verdict().endswith("worse")
 
 
+def test_holm_adjusts_step_down_and_keeps_the_order():
+    # Sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04, raised to 0.06 so that a
+    # larger raw p-value never gets a smaller adjusted one.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.7, 0.6, 0.01]) == pytest.approx([1.0, 1.0, 0.03])  # 0.6 x 2 capped at 1; 0.7 raised to it
+    assert holm([0.02, 0.02, 0.5]) == pytest.approx([0.06, 0.06, 0.5])  # ties: 0.06, then max(0.06, 0.04)
+    assert holm([0.03]) == [0.03] and holm([]) == []
+
+
 def test_failed_searches_are_left_out_of_the_pairs():
     queries = pl.concat([query_rows("a", "s", [1, 1, None, 2]), query_rows("b", "s", [2, None, 1, 2])])
     d = paired_differences(queries, "a", "b")
@@ -129,6 +138,25 @@ def test_significance_per_slice_and_overall(run_dir):
     assert table["freshness"]["Δ MRR"] == pytest.approx(0.075)
     assert table["freshness"]["verdict"].startswith("not significant")
     assert table["overall"]["queries paired"] == 50 and table["overall"]["Δ MRR"] == pytest.approx(0.215)
+    # Two slices tested: Holm doubles the smaller p-value, then keeps the larger one at least as large.
+    p_entity, p_freshness = table["entity"]["p-value"], table["freshness"]["p-value"]
+    assert p_entity < p_freshness
+    assert table["entity"]["p-value (Holm)"] == pytest.approx(2 * p_entity)
+    assert table["freshness"]["p-value (Holm)"] == pytest.approx(max(2 * p_entity, p_freshness))
+    assert table["overall"]["p-value (Holm)"] is None
+
+
+def test_a_slice_significant_alone_is_not_after_holm(tmp_path):
+    # Three slices; a gains 0.5 on each of its 6 queries (p about 2/64 = 0.031: two of the 64 sign patterns
+    # are as extreme, estimated from random flips), b and c do not move. Alone, a is significant; one of three
+    # tests, it is not (Holm: 3 x 0.031).
+    queries = pl.concat([query_rows(BASE, "a", [2] * 6), query_rows(BEST, "a", [1] * 6),
+                         *(query_rows(sid, s, [1, 2, 3]) for s in ("b", "c") for sid in (BASE, BEST))])
+    table = _rows(significance_table(queries, BEST, BASE, ["a", "b", "c", "overall"]), "slice")
+    raw = table["a"]["p-value"]
+    assert raw < 0.05 and table["a"]["p-value (Holm)"] == pytest.approx(3 * raw) and 3 * raw >= 0.05
+    assert table["a"]["verdict"].startswith("not significant")
+    assert table["b"]["p-value (Holm)"] == 1.0 and table["b"]["verdict"].startswith("no difference")
 
 
 def test_write_report_says_what_was_chosen_and_embeds_everything(run_dir):

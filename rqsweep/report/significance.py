@@ -7,12 +7,16 @@ per-query reciprocal-rank differences d = 1/rank(best) - 1/rank(baseline) (0 whe
   exchangeable, so the sign of each d is a coin flip).
 Both are seeded, so a report rebuilt from the same files says the same thing. A failed search is
 not a miss: a query whose search failed for either setting is left out of the pairs.
+
+Testing five unchanged slices at ALPHA each would call at least one "significant" in about one run in
+five (1 - 0.95^5 = 0.23); the slices' p-values are therefore adjusted with Holm's step-down method, which keeps the chance
+of any false "significant" among them at ALPHA. `overall`, the one test over all queries, stands alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -41,12 +45,13 @@ class PairedTest:
     def significant(self) -> bool:
         return self.p_value < ALPHA
 
-    def verdict(self) -> str:
+    def verdict(self, p_value: float | None = None) -> str:
+        """In words, judged on `p_value` when given (an adjusted one), else on the test's own."""
         if self.queries == 0:
             return "no paired queries"
         if self.differing == 0:
             return "no difference: the same rank on every query"
-        if self.significant:
+        if (self.p_value if p_value is None else p_value) < ALPHA:
             return f"significant at {ALPHA:g}, {'better' if self.mean_difference > 0 else 'worse'}"
         return "not significant: this difference could be luck"
 
@@ -72,6 +77,17 @@ def paired_test(differences: np.ndarray, seed: int = SEED) -> PairedTest:
     return PairedTest(n, int(np.count_nonzero(d)), float(d.mean()), float(low), float(high), float(p_value))
 
 
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: the i-th smallest of m p-values times (m - i + 1), capped at 1, and
+    never below an adjusted p-value of a smaller one (so the order of the p-values is kept)."""
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for i, j in enumerate(sorted(range(len(p_values)), key=lambda j: p_values[j])):
+        running = max(running, min(1.0, (len(p_values) - i) * p_values[j]))
+        adjusted[j] = running
+    return adjusted
+
+
 def paired_differences(queries: pl.DataFrame, better: str, worse: str) -> pl.DataFrame:
     """query_id, slice, d = RR(better) - RR(worse), over queries where neither search failed."""
 
@@ -84,13 +100,17 @@ def paired_differences(queries: pl.DataFrame, better: str, worse: str) -> pl.Dat
 
 
 def significance_table(queries: pl.DataFrame, best: str, baseline: str, slices: list[str]) -> pl.DataFrame:
-    """Per slice and overall: pairs, MRR difference best - baseline, its interval, p-value and a plain verdict."""
+    """Per slice and overall: pairs, MRR difference best - baseline, its interval, raw and Holm-adjusted p-values
+    (over the slices with paired queries; none for overall) and a plain verdict on the adjusted one."""
     diffs = paired_differences(queries, best, baseline)
+    tests = {s: paired_test((diffs if s == OVERALL else diffs.filter(pl.col("slice") == s))["d"].to_numpy())
+             for s in slices}
+    tested = [s for s, t in tests.items() if s != OVERALL and t.queries]
+    adjusted: dict[str, float | None] = dict(zip(tested, holm([tests[s].p_value for s in tested])))
     rows = []
-    for s in slices:
-        d = diffs if s == OVERALL else diffs.filter(pl.col("slice") == s)
-        t = paired_test(d["d"].to_numpy())
+    for s, t in tests.items():
+        p_holm = adjusted.get(s)
         rows.append({"slice": s, "queries paired": t.queries, "ranks differ": t.differing, "Δ MRR": t.mean_difference,
                      f"{1 - ALPHA:.0%} CI": f"[{t.ci_low:+.4f}, {t.ci_high:+.4f}]",
-                     "p-value": t.p_value, "verdict": t.verdict()})
-    return pl.DataFrame(rows)
+                     "p-value": t.p_value, "p-value (Holm)": p_holm, "verdict": t.verdict(p_holm)})
+    return pl.DataFrame(rows, schema_overrides={"p-value (Holm)": pl.Float64})
