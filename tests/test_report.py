@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from rqsweep.errors import InputError
-from rqsweep.report import write_report
+from rqsweep.knobs import KNOBS
+from rqsweep.report import plots, write_report
 from rqsweep.report.recency import ranks_lost, recency_cost
 from rqsweep.report.significance import holm, paired_differences, paired_test, significance_table
 from rqsweep.report.tables import best_vs_baseline, infeasible_groups, knob_table
@@ -204,12 +205,55 @@ def test_report_of_a_run_without_a_feasible_setting(tmp_path):
     assert "No rrf_k x half-life heatmap" in md  # one cell is no grid
 
 
-def test_optimise_runs_get_a_history_plot(tmp_path):
+def test_the_heatmap_hatches_cells_without_a_feasible_setting(tmp_path):
+    # Over min_similarity {off, 0.2}: at (rrf_k 60, half-life 30) both are infeasible; at (5, 0) only the floor
+    # 0.2 is feasible, with a lower MRR (0.33) than the infeasible "off" (0.56).
+    infeasible = dict.fromkeys(["k60_moff_h30.0", "k60_m0.2_h30.0", "k5_moff_h0.0", "k5_m0.2_h30.0"], "violated")
+    run = read_run_folder(write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=infeasible))
+    fig = plots.best_feasible_heatmap(run)
+    ax = fig.axes[0]
+    image = ax.images[0].get_array()  # rows rrf_k (5, 60), columns half-life (0, 30)
+    assert image.mask.tolist() == [[False, False], [False, True]]
+    assert image.data[0].tolist() == [0.33, 0.705] and image.data[1][0] == 0.49
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert [(p.get_x(), p.get_y()) for p in hatched] == [(0.5, 0.5)]  # the cell at column 1, row 1
+    assert hatched[0].get_label() == "no feasible setting"
+    boxed = [p for p in ax.patches if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)]
+    assert [(p.get_x(), p.get_y()) for p in boxed] == [(0.5, -0.5)]  # the best: rrf_k 5, half-life 30
+    assert sorted(t.get_text() for t in ax.texts) == ["0.330\n@0.2", "0.490\n@off", "0.705\n@off"]
+    assert ax.get_title().startswith("Best feasible overall MRR per (rrf_k, half-life) over min_similarity; "
+                                     "hatched: no feasible setting")
+
+
+def test_one_knob_panels_band_infeasible_values_grey(run_dir):
+    run = read_run_folder(run_dir)
+    fig = plots.slice_mrr_by_knob(run, {knob: knob_table(run, knob) for knob in KNOBS})
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["rrf_k, at min_similarity off, recency_half_life_days 30",
+                      "min_similarity, at rrf_k 5, recency_half_life_days 30",
+                      "recency_half_life_days, at rrf_k 5, min_similarity off"]
+    # Held at the best (floor off, half-life 30 / rrf_k 5): only the floor 0.2 (position 1) is infeasible.
+    bands = [[p.get_x() for p in ax.patches if p.get_label() == "infeasible"] for ax in fig.axes]
+    assert bands == [[], [0.5], []]
+
+
+def test_optimise_runs_get_scatter_plots(tmp_path):
     config = {**CONFIG, "sweep": {"strategy": "optimize", "knobs": {}}}
     run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE, config=config,
                         queries=QUERIES)
-    page = write_report(run_dir)[1].read_text()
-    assert "Optimisation history" in page and page.count("data:image/png;base64,") == 4
+    run = read_run_folder(run_dir)
+    fig = plots.objective_by_knob(run)
+    for ax, knob in zip(fig.axes, KNOBS):
+        feasible, infeasible, best = (c.get_offsets() for c in ax.collections)
+        assert len(feasible) == 4 and len(infeasible) == 4 and best.tolist() == [[
+            {"rrf_k": 5, "min_similarity": -0.05, "recency_half_life_days": 30}[knob], 0.705]]
+        assert sorted(infeasible[:, 1].tolist()) == [0.25, 0.33, 0.44, 0.78]
+        assert ax.get_title() == f"overall MRR against {knob}"
+    md = write_report(run_dir)[0].read_text()
+    assert "sampled settings rather than filling a grid, so its plots are scatters" in md
+    assert "*Plot: overall MRR of every sampled setting against each knob; grey crosses: infeasible" in md
+    assert "Plot: Best feasible" not in md and "Plot: MRR per slice" not in md
+    assert write_report(run_dir)[1].read_text().count("data:image/png;base64,") == 3
 
 
 def test_a_folder_without_a_grid_is_invalid_input(tmp_path):

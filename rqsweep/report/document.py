@@ -106,17 +106,27 @@ def _knobs(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
 
 def _plots(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
     blocks: list[Block] = [Heading("Plots")]
-    heatmap = plots.mrr_heatmap(run)
-    if heatmap is None:
-        blocks.append(Paragraph("No rrf_k x half-life heatmap: at the chosen min_similarity the run does not fill "
-                                "a grid of them (fewer than two values of one, or under half the cells evaluated, "
-                                "as when an optimiser samples); the feasibility map below shows where it looked."))
-    else:
-        blocks.append(Figure("Overall MRR over rrf_k x recency half-life, at the chosen min_similarity", heatmap))
-    blocks.append(Figure("MRR per slice against each knob", plots.slice_mrr_by_knob(run, tables)))
-    blocks.append(Figure("Feasible and infeasible settings", plots.feasibility_map(run)))
+    label = plots.objective_label(run)
     if run.strategy == "optimize":
-        blocks.append(Figure("Optimisation history", plots.optimisation_history(run)))
+        return blocks + [
+            Paragraph("This run's optimiser sampled settings rather than filling a grid, so its plots are scatters "
+                      "of the sampled settings (a heatmap or one-knob curves would be mostly empty): the objective "
+                      "against each knob, where the feasible settings are, and the order they were tried."),
+            Figure(f"{label} of every sampled setting against each knob; grey crosses: infeasible",
+                   plots.png(plots.objective_by_knob(run))),
+            Figure("Share of feasible settings per pair of knobs", plots.png(plots.feasibility_map(run))),
+            Figure(f"{label} per trial, and the best feasible so far", plots.png(plots.optimisation_history(run)))]
+    heatmap = plots.best_feasible_heatmap(run)
+    if heatmap is None:
+        blocks.append(Paragraph("No rrf_k x half-life heatmap: no setting is feasible, or the run does not fill a "
+                                "grid of them (fewer than two values of one, or under half the cells evaluated); "
+                                "the feasibility map below shows where it looked."))
+    else:
+        blocks.append(Figure(f"Best feasible {label} per rrf_k x recency half-life, over min_similarity; "
+                             f"hatched: {plots.INFEASIBLE_CELL}", plots.png(heatmap)))
+    blocks.append(Figure("MRR per slice against one knob, the other two held; grey band: infeasible",
+                         plots.png(plots.slice_mrr_by_knob(run, tables))))
+    blocks.append(Figure("Share of feasible settings per pair of knobs", plots.png(plots.feasibility_map(run))))
     return blocks
 
 

@@ -1,4 +1,8 @@
-"""The report's plots as PNG bytes (matplotlib's Agg renderer through `Figure`: no display, no global state)."""
+"""The report's plots as matplotlib figures (the Agg renderer through `Figure`: no display, no global state).
+
+A plot must not tempt anyone towards a setting the constraints reject: infeasible settings are never
+coloured as candidates (hatched cells, grey bands, grey crosses), and each title says what is drawn.
+"""
 
 from __future__ import annotations
 
@@ -9,71 +13,100 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import FixedLocator
+from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
-from rqsweep.report.tables import knob_label
+from rqsweep.report.tables import knob_label, metric_label
 from rqsweep.run_folder import RunFolder
 
 _DPI = 100
 _FLOOR_OFF_AT = -0.05  # where "no floor" sits on a min_similarity axis
 _MIN_FILL = 0.5  # share of rrf_k x half-life cells a heatmap needs filled to be worth drawing
+INFEASIBLE_CELL = "no feasible setting"  # the label of a heatmap's hatched cells
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=_DPI, bbox_inches="tight")
     return buffer.getvalue()
 
 
-def mrr_heatmap(run: RunFolder) -> bytes | None:
-    """Overall MRR over rrf_k x half-life at the chosen min_similarity.
+def objective_label(run: RunFolder) -> str:
+    """The objective as the report says it, e.g. `overall MRR`."""
+    metric, slice_ = run.objective
+    return f"{slice_} {metric_label(metric)}"
 
-    None when the run has no such grid: fewer than two values of either knob, or fewer than half the
-    cells filled (an optimiser samples points, it does not fill a grid).
+
+def best_feasible_heatmap(run: RunFolder) -> Figure | None:
+    """Per (rrf_k, half-life) cell, the best feasible objective over the min_similarity values evaluated there.
+
+    A cell where every evaluated setting is infeasible is hatched grey, never coloured: its objective may be
+    the highest of all, bought with a collapsed slice. Each coloured cell names the floor that gives its
+    value; the best setting is boxed. None when no setting is feasible, or the run has no such grid (fewer
+    than two values of either knob, or under half the cells evaluated, as when an optimiser samples).
     """
-    chosen = run.knobs(run.chosen)
-    cells = run.overall().filter(pl.col("min_similarity").eq_missing(chosen.min_similarity))
-    ks = sorted(cells["rrf_k"].unique().to_list())
-    hs = sorted(cells["recency_half_life_days"].unique().to_list())
+    if run.best is None:
+        return None
+    metric, slice_ = run.objective
+    rows = run.grid.filter(pl.col("slice") == slice_)
+    ks = sorted(rows["rrf_k"].unique().to_list())
+    hs = sorted(rows["recency_half_life_days"].unique().to_list())
+    cells = rows.select("rrf_k", "recency_half_life_days").unique()
     if len(ks) < 2 or len(hs) < 2 or cells.height < _MIN_FILL * len(ks) * len(hs):
         return None
-    mrr = np.full((len(ks), len(hs)), np.nan)
-    for r in cells.iter_rows(named=True):
-        mrr[ks.index(r["rrf_k"]), hs.index(r["recency_half_life_days"])] = r["mrr"] if r["mrr"] is not None else np.nan
-    fig = Figure(figsize=(min(2 + 0.75 * len(hs), 13), min(1.5 + 0.42 * len(ks), 11)))
+    best = (rows.filter(pl.col("feasible") & pl.col(metric).is_not_null())
+            .sort([metric, "evaluation_order"], descending=[True, False])
+            .group_by("rrf_k", "recency_half_life_days", maintain_order=True).first())
+    values = np.full((len(ks), len(hs)), np.nan)
+    floors: dict[tuple[int, int], float | None] = {}
+    for r in best.iter_rows(named=True):
+        i, j = ks.index(r["rrf_k"]), hs.index(r["recency_half_life_days"])
+        values[i, j], floors[(i, j)] = r[metric], r["min_similarity"]
+    label = objective_label(run)
+    fig = Figure(figsize=(min(2.5 + 0.75 * len(hs), 13), min(2 + 0.5 * len(ks), 12)))
     ax = fig.add_subplot()
-    image = ax.imshow(mrr, cmap="viridis", aspect="auto", origin="lower")
-    fig.colorbar(image, ax=ax, label="overall MRR")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto", origin="lower")
+    fig.colorbar(image, ax=ax, label=f"best feasible {label}")
+    for k, h in cells.rows():
+        i, j = ks.index(k), hs.index(h)
+        if np.isnan(values[i, j]):
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="0.88", edgecolor="0.6", hatch="///",
+                                   linewidth=0, label=INFEASIBLE_CELL))
     ax.set_xticks(range(len(hs)), [knob_label("recency_half_life_days", h) for h in hs], rotation=45)
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel("recency_half_life_days")
     ax.set_ylabel("rrf_k")
-    if mrr.size <= 400:  # numbers stay legible up to about a 20 x 20 grid
-        midpoint = np.nanmean([np.nanmin(mrr), np.nanmax(mrr)])
-        for (i, j), v in np.ndenumerate(mrr):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7,
-                        color="black" if v > midpoint else "white")
-    i, j = ks.index(chosen.rrf_k), hs.index(chosen.recency_half_life_days)
-    ax.add_patch(_box(j, i))
-    ax.set_title(f"Overall MRR at min_similarity {knob_label('min_similarity', chosen.min_similarity)} "
-                 f"(boxed: {'best' if run.best else 'baseline'})")
-    return _png(fig)
+    if values.size <= 400:  # numbers stay legible up to about a 20 x 20 grid
+        midpoint = np.nanmean([np.nanmin(values), np.nanmax(values)])
+        for (i, j), floor in floors.items():
+            v = values[i, j]
+            ax.text(j, i, f"{v:.3f}\n@{knob_label('min_similarity', floor)}", ha="center", va="center",
+                    fontsize=6.5, linespacing=1.1, color="black" if v > midpoint else "white")
+    chosen = run.knobs(run.best)
+    ax.add_patch(_box(hs.index(chosen.recency_half_life_days), ks.index(chosen.rrf_k)))
+    ax.set_title(f"Best feasible {label} per (rrf_k, half-life) over min_similarity; hatched: {INFEASIBLE_CELL}\n"
+                 f"in each cell: that {label} @ the min_similarity giving it; red box: the best setting",
+                 fontsize=10)
+    return fig
 
 
 def _box(x: float, y: float) -> Rectangle:
     return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2)
 
 
-def slice_mrr_by_knob(run: RunFolder, knob_tables: dict[str, pl.DataFrame]) -> bytes:
-    """Per knob, each slice's MRR (and overall's, dashed) against the knob's values, other knobs at the chosen."""
+def slice_mrr_by_knob(run: RunFolder, knob_tables: dict[str, pl.DataFrame]) -> Figure:
+    """Per knob, each slice's MRR (and overall's, dashed) against the knob's values, the other knobs at the
+    chosen setting; values where that setting is infeasible are banded grey."""
     chosen = run.knobs(run.chosen)
-    fig = Figure(figsize=(5 * len(knob_tables), 4))
+    fig = Figure(figsize=(5 * len(knob_tables), 4.3), layout="constrained")
     axes = fig.subplots(1, len(knob_tables), squeeze=False)[0]
     for ax, (knob, table) in zip(axes, knob_tables.items()):
         x = range(table.height)
+        for position, feasible in zip(x, table["feasible"].to_list()):
+            if not feasible:
+                ax.axvspan(position - 0.5, position + 0.5, color="0.85", linewidth=0, label="infeasible")
         for s in run.slices:
             column = "overall MRR" if s == OVERALL else f"{s} MRR"
             ax.plot(x, table[column].to_list(), marker="o", label=s,
@@ -85,20 +118,31 @@ def slice_mrr_by_knob(run: RunFolder, knob_tables: dict[str, pl.DataFrame]) -> b
         ax.set_xlabel(knob)
         ax.set_ylabel("MRR")
         ax.set_ylim(0, 1.02)
-    axes[-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), title="slice")
-    fig.suptitle("MRR per slice against each knob, the others at the chosen setting (red band)")
-    return _png(fig)
+        others = ", ".join(f"{k} {knob_label(k, getattr(chosen, k))}" for k in KNOBS if k != knob)
+        ax.set_title(f"{knob}, at {others}", fontsize=9)
+    handles, names = [], []
+    for ax in axes:  # one legend entry per name, the grey band included when any panel has one
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    axes[-1].legend(handles, names, loc="center left", bbox_to_anchor=(1.02, 0.5), title="slice")
+    fig.suptitle(f"MRR per slice against one knob, the other two at the "
+                 f"{'best' if run.best else 'baseline'} setting (red band); grey band: infeasible")
+    return fig
 
 
 def _set_scale(ax: Axes, knob: str, horizontal: bool) -> None:
     """A scale that keeps a knob's usual values apart: log rrf_k, symlog half-life (0 = off at the origin)."""
     set_scale = ax.set_xscale if horizontal else ax.set_yscale
+    axis = ax.xaxis if horizontal else ax.yaxis
     if knob == "rrf_k":
         set_scale("log")
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     elif knob == "recency_half_life_days":
         set_scale("symlog", linthresh=1)
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     else:
-        axis = ax.xaxis if horizontal else ax.yaxis
         ticks = np.linspace(0, 1, 6)
         axis.set_major_locator(FixedLocator([_FLOOR_OFF_AT, *ticks]))
         axis.set_ticklabels(["off", *(f"{t:g}" for t in ticks)])
@@ -109,10 +153,10 @@ def _positions(values: list) -> np.ndarray:
     return np.array([_FLOOR_OFF_AT if v is None else v for v in values], dtype=float)
 
 
-def feasibility_map(run: RunFolder) -> bytes:
+def feasibility_map(run: RunFolder) -> Figure:
     """Which settings are feasible, projected on knob pairs: colour = feasible share over the hidden knob."""
     pairs = [("rrf_k", "recency_half_life_days"), ("rrf_k", "min_similarity")]
-    fig = Figure(figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
     axes = fig.subplots(1, len(pairs))
     overall = run.overall()
     chosen = run.knobs(run.chosen)
@@ -128,13 +172,38 @@ def feasibility_map(run: RunFolder) -> bytes:
         ax.set_xlabel(xk)
         ax.set_ylabel(yk)
         hidden = next(k for k in KNOBS if k not in (xk, yk))
-        ax.set_title(f"share feasible over {hidden}")
-    fig.colorbar(points, ax=axes, label="feasible share")
-    fig.suptitle(f"Feasible settings (blue star: the {'best' if run.best else 'baseline'})")
-    return _png(fig)
+        ax.set_title(f"colour: share of the {hidden} values\nfeasible at each point", fontsize=9)
+    fig.colorbar(points, ax=axes, label="share feasible")
+    fig.suptitle(f"Where the feasible settings are (blue star: the {'best' if run.best else 'baseline'})")
+    return fig
 
 
-def optimisation_history(run: RunFolder) -> bytes:
+def objective_by_knob(run: RunFolder) -> Figure:
+    """For scattered samples (an optimiser's trials): the objective of every setting against each knob,
+    feasible as dots, infeasible as grey crosses, the best starred."""
+    metric, slice_ = run.objective
+    trials = run.grid.filter(pl.col("slice") == slice_)
+    feasible = trials["feasible"].to_numpy()
+    value = trials[metric].fill_null(np.nan).to_numpy()
+    best = trials["setting_id"].to_numpy() == run.best
+    label = objective_label(run)
+    fig = Figure(figsize=(15, 4.3), layout="constrained")
+    axes = fig.subplots(1, len(KNOBS), sharey=True)
+    for ax, knob in zip(axes, KNOBS):
+        x = _positions(trials[knob].to_list())
+        _set_scale(ax, knob, horizontal=True)
+        ax.scatter(x[feasible], value[feasible], s=22, color="tab:blue", label="feasible")
+        ax.scatter(x[~feasible], value[~feasible], s=22, marker="x", color="0.6", label="infeasible")
+        ax.scatter(x[best], value[best], marker="*", s=250, color="red", label="best")
+        ax.set_xlabel(knob)
+        ax.set_title(f"{label} against {knob}", fontsize=9)
+    axes[0].set_ylabel(label)
+    axes[-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(f"{label} of every sampled setting against each knob (grey crosses: infeasible)")
+    return fig
+
+
+def optimisation_history(run: RunFolder) -> Figure:
     """The objective per trial in evaluation order: feasible, infeasible, and the best feasible so far."""
     metric, slice_ = run.objective
     trials = run.grid.filter(pl.col("slice") == slice_).sort("evaluation_order")
@@ -144,11 +213,11 @@ def optimisation_history(run: RunFolder) -> bytes:
     running = np.fmax.accumulate(np.where(feasible, value, np.nan))
     fig = Figure(figsize=(10, 4))
     ax = fig.add_subplot()
-    ax.scatter(order[feasible], value[feasible], s=18, label="feasible")
-    ax.scatter(order[~feasible], value[~feasible], s=18, marker="x", color="grey", label="infeasible")
+    ax.scatter(order[feasible], value[feasible], s=18, color="tab:blue", label="feasible")
+    ax.scatter(order[~feasible], value[~feasible], s=18, marker="x", color="0.6", label="infeasible")
     ax.step(order, running, where="post", color="red", label="best feasible so far")
     ax.set_xlabel("trial (evaluation order)")
-    ax.set_ylabel(f"{metric} [{slice_}]")
+    ax.set_ylabel(objective_label(run))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set_title("Optimisation history")
-    return _png(fig)
+    ax.set_title(f"{objective_label(run)} per trial, in the order the optimiser tried them")
+    return fig
