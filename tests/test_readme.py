@@ -1,0 +1,45 @@
+"""The README's SQL and Python snippets run verbatim against real finished runs, so they stay true."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from rqsweep import job
+from tests.minijob import QUERIES, write_job
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SNIPPETS = re.findall(r"```(sql|python)\n(.*?)```", README.read_text(), re.S)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A folder holding results/handbook/ with two finished runs, as a project folder would after two runs."""
+    folder = tmp_path_factory.mktemp("project")
+    config = write_job(folder / "configs", name="handbook", output_dir="../results")
+    for hour in (1, 2):
+        job.run(config, quiet=True, now=datetime(2026, 1, 1, hour, tzinfo=timezone.utc))
+    return folder
+
+
+def test_the_readme_has_sql_and_python_snippets():
+    assert {lang for lang, _ in SNIPPETS} == {"sql", "python"}
+
+
+@pytest.mark.parametrize("lang, code", SNIPPETS, ids=[f"{lang}-{i}" for i, (lang, _) in enumerate(SNIPPETS)])
+def test_readme_snippet_runs_verbatim(project, monkeypatch, lang, code):
+    monkeypatch.chdir(project)
+    if lang == "python":
+        exec(compile(code, str(README), "exec"), {})
+        return
+    result = duckdb.sql(code)
+    rows = result.fetchall()
+    assert rows
+    if "run_id" in result.columns:  # grouped by run: one row each
+        assert len(rows) == 2
+    else:  # one run's best setting: one row per slice, overall included
+        assert len(rows) == len({s for _, s, _, _ in QUERIES}) + 1
