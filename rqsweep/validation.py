@@ -128,6 +128,46 @@ def _tables(means: np.ndarray, overall: np.ndarray, rows: Sequence[int], order: 
             for n, i in enumerate(rows)}
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """The whole run's rule for the best setting, applied to the means of some of the queries."""
+
+    order: Sequence[str]
+    baseline: str
+    objective: tuple[str, str]
+    constraints: Sequence[Constraint]
+    slices: list[str]
+    metrics: Sequence[str]
+
+    def best(self, sums: np.ndarray, successes: np.ndarray, failures: np.ndarray,
+             present: np.ndarray) -> str | None:
+        """The best feasible setting given (metrics, settings, slices) sums over successful searches,
+        (settings, slices) successes and failures, and which slices have queries in this part."""
+        metric, objective_slice = self.objective
+        means = _means(sums, successes)
+        overall = _means(sums.sum(axis=2), successes.sum(axis=1))
+        objective = (overall if objective_slice == OVERALL
+                     else means[:, :, self.slices.index(objective_slice)])[list(self.metrics).index(metric)]
+        # A slice with no query in this part cannot be checked: "*" constraints skip it.
+        checked = [s for s, here in zip(self.slices, present) if here]
+        # choose_best over every setting costs ~0.1 s a fold on a 2,000-setting grid (it words every
+        # violation); the same answer comes from the settings at or above a threshold, lowered until one of
+        # them is feasible: no setting below the threshold can beat or tie the one found.
+        ranked = np.sort(objective[~np.isnan(objective)])[::-1]
+        top = 16
+        while True:
+            threshold = ranked[min(top, ranked.size) - 1] if ranked.size else np.inf
+            at = np.flatnonzero(objective >= threshold)
+            candidates = [self.order[i] for i in at]
+            tables = _tables(means, overall, [*at, self.order.index(self.baseline)], self.order, self.slices,
+                             self.metrics)
+            best, _ = choose_best(candidates, tables, self.baseline, metric, objective_slice, self.constraints,
+                                  checked, dict(zip(candidates, failures[at].sum(axis=1).tolist())))
+            if best is not None or top >= ranked.size:
+                return best
+            top *= 4
+
+
 def cross_validate(rows: pl.DataFrame, order: Sequence[str], baseline: str, objective: tuple[str, str],
                    constraints: Sequence[Constraint], slices: Sequence[str], metrics: Sequence[str],
                    settings: Validation) -> CrossValidation | None:
@@ -146,60 +186,31 @@ def cross_validate(rows: pl.DataFrame, order: Sequence[str], baseline: str, obje
     folds = min(settings.folds, queries.height)
     if folds < 2:
         return None
-    metric, objective_slice = objective
+    order, slices = list(order), list(slices)
     fold_of = assign_folds(queries, folds, settings.seed)
     query_ids = queries["query_id"].to_list()
-    slices = list(slices)
     slice_of = np.array([slices.index(s) for s in queries["slice"].to_list()])
     fold = np.array([fold_of[q] for q in query_ids])
     values, ok = _matrices(rows, order, query_ids, metrics)
-    failed = ~ok
 
-    # Sums over each (fold, slice) cell: (metrics, settings, folds, slices); the training part of fold f is
-    # every cell minus fold f's.
-    cells = [(f, l, np.flatnonzero((fold == f) & (slice_of == l))) for f in range(folds) for l in range(len(slices))]
+    # Sums over each (fold, slice) cell; the training part of fold f is every cell minus fold f's.
     sums = np.zeros((len(metrics), len(order), folds, len(slices)))
     successes = np.zeros((len(order), folds, len(slices)))
     failures = np.zeros((len(order), folds, len(slices)), dtype=np.int64)
-    for f, l, columns in cells:
-        sums[:, :, f, l] = values[:, :, columns].sum(axis=2)
-        successes[:, f, l] = ok[:, columns].sum(axis=1)
-        failures[:, f, l] = failed[:, columns].sum(axis=1)
-
-    base_row = order.index(baseline)
-    objective_metric = list(metrics).index(metric)
-
-    def choose(part_sums: np.ndarray, part_successes: np.ndarray, part_failures: np.ndarray,
-               present: np.ndarray) -> str | None:
-        means = _means(part_sums, part_successes)
-        overall = _means(part_sums.sum(axis=2), part_successes.sum(axis=1))
-        objective_values = (overall if objective_slice == OVERALL
-                            else means[:, :, slices.index(objective_slice)])[objective_metric]
-        # A slice with no query in this part cannot be checked: "*" constraints skip it.
-        checked = [s for s, here in zip(slices, present) if here]
-        # choose_best over every setting costs ~0.1 s a fold on a 2,000-setting grid; the same answer comes
-        # from the settings at or above a threshold, lowered until one of them is feasible: none below it
-        # can beat or tie the one found.
-        ranked = np.sort(objective_values[~np.isnan(objective_values)])[::-1]
-        top = 16
-        while True:
-            threshold = ranked[min(top, ranked.size) - 1] if ranked.size else np.inf
-            rows = np.flatnonzero(objective_values >= threshold)
-            tables = _tables(means, overall, [*rows, base_row], order, slices, metrics)
-            candidates = [order[i] for i in rows]
-            best, _ = choose_best(candidates, tables, baseline, metric, objective_slice, constraints, checked,
-                                  dict(zip(candidates, part_failures[rows].sum(axis=1).tolist())))
-            if best is not None or top >= ranked.size:
-                return best
-            top *= 4
-
-    all_sums, all_successes, all_failures = sums.sum(axis=2), successes.sum(axis=1), failures.sum(axis=1)
-    in_sample_best = choose(all_sums, all_successes, all_failures, np.ones(len(slices), dtype=bool))
-    choices = []
+    members = np.zeros((folds, len(slices)), dtype=np.int64)
     for f in range(folds):
-        present = np.array([np.any((fold != f) & (slice_of == l)) for l in range(len(slices))])
-        choices.append(choose(all_sums - sums[:, :, f], all_successes - successes[:, f],
-                              all_failures - failures[:, f], present))
+        for l in range(len(slices)):
+            columns = np.flatnonzero((fold == f) & (slice_of == l))
+            sums[:, :, f, l] = values[:, :, columns].sum(axis=2)
+            successes[:, f, l] = ok[:, columns].sum(axis=1)
+            failures[:, f, l] = (~ok[:, columns]).sum(axis=1)
+            members[f, l] = columns.size
+    rule = _Rule(order, baseline, objective, constraints, slices, metrics)
+    all_sums, all_successes, all_failures, all_members = (sums.sum(axis=2), successes.sum(axis=1),
+                                                          failures.sum(axis=1), members.sum(axis=0))
+    in_sample_best = rule.best(all_sums, all_successes, all_failures, all_members > 0)
+    choices = tuple(rule.best(all_sums - sums[:, :, f], all_successes - successes[:, f],
+                              all_failures - failures[:, f], all_members - members[f] > 0) for f in range(folds))
 
     position = {sid: i for i, sid in enumerate(order)}
     scored_by = np.array([position[c or baseline] for c in choices])[fold]  # per query, its fold's setting
@@ -210,12 +221,12 @@ def cross_validate(rows: pl.DataFrame, order: Sequence[str], baseline: str, obje
     best = values[:, position[in_sample_best or baseline]], ok[position[in_sample_best or baseline]]
     gains: dict[str, dict[str, Gain]] = {}
     for s in [*slices, OVERALL]:
-        members = np.ones(len(query_ids), dtype=bool) if s == OVERALL else slice_of == slices.index(s)
+        member = np.ones(len(query_ids), dtype=bool) if s == OVERALL else slice_of == slices.index(s)
         means = [np.where(np.isnan(mean), None, mean).tolist() for mean in
-                 (_means((v * members).sum(axis=1), (o & members).sum()) for v, o in (baseline_row, held_out, best))]
-        gains[s] = {m: Gain(int(members.sum()), means[0][k], means[1][k], means[2][k]) for k, m in enumerate(metrics)}
-    return CrossValidation(folds, settings.seed, objective, baseline, in_sample_best, tuple(choices),
-                           tuple(int(np.sum(fold == f)) for f in range(folds)), gains)
+                 (_means((v * member).sum(axis=1), (o & member).sum()) for v, o in (baseline_row, held_out, best))]
+        gains[s] = {m: Gain(int(member.sum()), means[0][k], means[1][k], means[2][k]) for k, m in enumerate(metrics)}
+    return CrossValidation(folds, settings.seed, objective, baseline, in_sample_best, choices,
+                           tuple(int(n) for n in members.sum(axis=1)), gains)
 
 
 def summary_lines(cv: CrossValidation, metric_label: str | None = None) -> list[str]:
