@@ -29,6 +29,7 @@ from rqsweep.results import (
 )
 from rqsweep.space import grid
 from rqsweep.strategy import run_grid, run_optimize
+from rqsweep.validation import CrossValidation, cross_validate, summary_lines
 
 
 SliceTables = dict[str, dict[str, dict[str, float | None]]]  # setting id -> slice -> metric -> value
@@ -52,6 +53,7 @@ class Finished:
     settings: dict[str, Knobs]
     best: str | None
     rejected: dict[str, int]
+    validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
 
 
 class Sweep:
@@ -143,7 +145,10 @@ class Sweep:
         grid_frame = grid_table(per_slice, settings, verdicts, best, self.baseline_id, names, stamp)
         queries = query_table(scored, self.golden, names, self.run_id)
         rejected = Counter(key for found in verdicts.values() for key, _ in found)
-        return Finished(grid_frame, queries, settings, best, dict(rejected))
+        cv = None if self.config.validation is None else cross_validate(
+            scored, list(settings), self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
+            self.golden.slices, names, self.config.validation)
+        return Finished(grid_frame, queries, settings, best, dict(rejected), cv)
 
 
 def _metadata(inputs: Inputs) -> dict[str, str]:
@@ -249,8 +254,10 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
                   metadata)
     write_parquet(run_dir / "queries.parquet", done.queries, metadata)
     write_parquet(run_dir / "grid.parquet", done.grid, metadata)
+    held_out = [] if done.validation is None else summary_lines(done.validation,
+                                                                 metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
-                        inputs.metrics, done.rejected, done.settings)
+                        inputs.metrics, done.rejected, done.settings, held_out)
     info.update({
         "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
         "backend": backend.name, "strategy": config.sweep.strategy, "sweep": config.sweep.source,
@@ -262,6 +269,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
                             "total": round(time.monotonic() - started, 3)},
         "best": None if done.best is None else _setting_record(done.grid, done.settings[done.best], inputs.metrics),
         "baseline": _setting_record(done.grid, config.baseline, inputs.metrics),
+        "validation": None if done.validation is None else done.validation.as_json(),
     })
     write_json(run_dir / "run.json", info)
     outcome = Outcome(run_dir, done.grid, done.best, sweep.baseline_id, summary)

@@ -18,8 +18,8 @@ def _fmt(v: float | None) -> str:
 def summarise(grid: pl.DataFrame, best: str | None, baseline: str, objective: tuple[str, str],
               metric_names: Sequence[str], rejected: Mapping[str, int], knobs: Mapping[str, Knobs],
               extra: Sequence[str] = ()) -> str:
-    """The summary printed at the end of a run. `extra` lines (e.g. the held-out estimate) come right after the
-    decision, before the per-slice table."""
+    """The summary printed at the end of a run. `extra` lines (the held-out estimate of the gain) come first: the
+    decision's own figures are in-sample, measured on the queries the setting was picked on."""
 
     def rows(sid: str) -> dict[str, dict]:
         return {r["slice"]: r for r in grid.filter(pl.col("setting_id") == sid).iter_rows(named=True)}
@@ -29,12 +29,12 @@ def summarise(grid: pl.DataFrame, best: str | None, baseline: str, objective: tu
     base_rows = rows(baseline)
     best_rows = rows(best or baseline)
     label = metrics.get(metric).label
+    lines = list(extra)
     if best is None:
-        lines = [f"No feasible setting among {n} evaluated."]
+        lines.append(f"No feasible setting among {n} evaluated.")
     else:
-        lines = [f"Best feasible setting: {knobs[best].label()}  "
-                 f"({label}[{slice_}] {_fmt(base_rows[slice_][metric])} -> {_fmt(best_rows[slice_][metric])})"]
-    lines += list(extra)
+        lines.append(f"Best feasible setting: {knobs[best].label()}  ({label}[{slice_}] "
+                     f"{_fmt(base_rows[slice_][metric])} -> {_fmt(best_rows[slice_][metric])}, in-sample)")
     width = 17
     lines += [
         f"Baseline: {knobs[baseline].label()}",
