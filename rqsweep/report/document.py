@@ -64,7 +64,7 @@ def _comparison(run: RunFolder) -> list[Block]:
     return [Heading(title), Table(frame, note=" ".join(notes))]
 
 
-def _significance(run: RunFolder) -> list[Block]:
+def _significance(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     if run.best is None:
         return []
     blocks: list[Block] = [Heading("How sure we are")]
@@ -84,8 +84,9 @@ def _significance(run: RunFolder) -> list[Block]:
         f"adjusted for it with Holm's step-down method (p-value (Holm), on which each slice's verdict rests): "
         f"the chance of any slice called significant by luck stays under {ALPHA:g}. Overall is one test of its "
         f"own, not adjusted. The best was picked among {settings} settings on these "
-        f"same queries, so its gain is optimistic even when significant: the held-out gain above is "
-        f"measured on queries each choice was not tuned on.")))
+        f"same queries, so its gain is optimistic even when significant: "
+        + ("the held-out gain above is measured on queries each choice was not tuned on." if cv else
+           "confirm it on queries it was not tuned on (this run's config turns `validation:` off)."))))
     return blocks
 
 
@@ -176,5 +177,5 @@ def build(run: RunFolder) -> list[Block]:
     """The report's blocks for one run folder."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
     cv = run_cross_validation(run)
-    return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv), *_significance(run), *_changed(run),
+    return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv), *_significance(run, cv), *_changed(run),
             *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *_recency(run)]
