@@ -1,0 +1,68 @@
+"""Hostile input (issue 9): refused before any work, through the real command line, with file, key path and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from rqsweep.cli import main
+from tests.minijob import write_job
+
+
+def cli(capsys, *args: object) -> tuple[int, str]:
+    """Exit code and stderr of `rqsweep ARGS`."""
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+def refused_before_any_work(capsys, config: Path, *words: str) -> str:
+    """Both `--dry-run` and a real run exit 2 naming `words`, and the real run leaves no run folder."""
+    out = config.parent / "out"
+    for args in ([config, "--dry-run"], [config, "--quiet", "--output-dir", out]):
+        code, err = cli(capsys, *args)
+        assert code == 2, err
+        for word in words:
+            assert word in err, (word, err)
+    assert not out.exists()
+    return err
+
+
+# Item 6: YAML aliases (a 1 kB "billion laughs" expands to gigabytes) and long echoed values.
+
+def bomb(key: str) -> str:
+    levels = ["  - &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"  - &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    return "\n".join([f"{key}:", *levels]) + "\n"
+
+
+def test_an_alias_bomb_in_the_config_is_refused(tmp_path, capsys):
+    config = write_job(tmp_path)
+    text = config.read_text()
+    config.write_text(text + bomb("description"))
+    first_alias = len(text.splitlines()) + 3
+    refused_before_any_work(capsys, config, "job.yaml: description[1]", f"line {first_alias}", "alias")
+
+
+def test_an_alias_in_a_golden_row_is_refused(tmp_path, capsys):
+    config = write_job(tmp_path)
+    golden = tmp_path / "golden.yaml"
+    text = golden.read_text()
+    golden.write_text(text + "- {id: x1, slice: document, query: &q vpn certificate, expected: doc-vpn}\n"
+                             "- {id: x2, slice: document, query: *q, expected: doc-vpn}\n")
+    refused_before_any_work(capsys, config, "golden.yaml: [11].query", f"line {len(text.splitlines()) + 2}",
+                            "alias")
+
+
+def test_long_values_are_shortened_in_messages(tmp_path, capsys):
+    config = write_job(tmp_path, name="x" * 5000 + "!")
+    err = refused_before_any_work(capsys, config, "job.yaml: name: 'xxxx", "... (5003 characters)")
+    assert len(err) < 400
+
+    config = write_job(tmp_path)
+    rows = yaml.safe_load((tmp_path / "golden.yaml").read_text())
+    rows[2]["expected"] = "doc-" + "y" * 3000
+    (tmp_path / "golden.yaml").write_text(yaml.safe_dump(rows))
+    err = refused_before_any_work(capsys, config, "golden.yaml: [2].expected[0]", "... (3006 characters)",
+                                  "does not exist")
+    assert len(err) < 400
