@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
 from rqsweep.scope import Scope
@@ -32,7 +32,7 @@ def url_problem(url: str) -> str | None:
     except ValueError:
         return "is not a valid URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"expected an http:// or https:// URL with a host (got scheme {parts.scheme!r})"
+        return f"expected an http:// or https:// URL with a host (got scheme {shown(parts.scheme)})"
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
         return (f"must not carry credentials, a query or a fragment (host {parts.hostname}): "
                 "give secrets through their own keys or environment variables")
@@ -44,7 +44,7 @@ class Section:
 
     def __init__(self, data: object, file: Path, path: str):
         if not isinstance(data, dict):
-            raise InputError(file, path or "(top level)", f"expected a mapping, got {data!r}")
+            raise InputError(file, path or "(top level)", f"expected a mapping, got {shown(data)}")
         self.data, self.file, self.path = data, file, path
 
     def where(self, key: str | int) -> str:
@@ -53,8 +53,8 @@ class Section:
         return f"{self.path}.{key}" if self.path else key
 
     def fail(self, key: str | int, value: object, problem: str) -> InputError:
-        shown = "(value not shown)" if isinstance(key, str) and SECRET_KEY.search(key) else repr(value)
-        return InputError(self.file, self.where(key), f"{shown}: {problem}")
+        shown_value = "(value not shown)" if isinstance(key, str) and SECRET_KEY.search(key) else shown(value)
+        return InputError(self.file, self.where(key), f"{shown_value}: {problem}")
 
     def url(self, key: str) -> str | None:
         """An http(s) URL that carries no secret (see `url_problem`), without a trailing slash."""
@@ -106,7 +106,7 @@ class Section:
         try:
             return checker(self.data[key])
         except KnobError as exc:
-            raise self.fail(key, self.data[key], str(exc).split(": ", 1)[1]) from None
+            raise self.fail(key, self.data[key], exc.rule) from None
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
         try:
             out.append(checker(v))
         except KnobError as exc:
-            raise InputError(sec.file, f"{sec.where(key)}[{i}]", f"{v!r}: {str(exc).split(': ', 1)[1]}") from None
+            raise InputError(sec.file, f"{sec.where(key)}[{i}]", f"{shown(v)}: {exc.rule}") from None
     return tuple(dict.fromkeys(out))
 
 
@@ -287,7 +287,7 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
         return KnobSpec(values=_number_list(sec, "values", checker))
     low, high = sec.knob("low", checker), sec.knob("high", checker)
     if low is None or high is None or not low <= high:
-        raise InputError(sec.file, sec.path, f"need low <= high, got low={low!r} high={high!r}")
+        raise InputError(sec.file, sec.path, f"need low <= high, got low={shown(low)} high={shown(high)}")
     log = sec.get("log", bool, False)
     if log and low <= 0:
         raise sec.fail("low", low, "a log-spaced range needs low > 0")
@@ -310,7 +310,7 @@ def _sweep_file(name: str, config: Path) -> Path:
     for folder in (config.parent.parent / "sweeps", config.parent / "sweeps"):
         if (folder / f"{name}.yaml").exists():
             return (folder / f"{name}.yaml").resolve()
-    raise InputError(config, "sweep", f"{name!r}: no sweeps/{name}.yaml next to the configs folder")
+    raise InputError(config, "sweep", f"{shown(name)}: no sweeps/{name}.yaml next to the configs folder")
 
 
 def _sweep(value: object, config: Path) -> SweepConfig:
@@ -352,7 +352,7 @@ def _constraints(sec_list: object, file: Path) -> tuple[Constraint, ...]:
     if sec_list is None:
         return ()
     if not isinstance(sec_list, list):
-        raise InputError(file, "constraints", f"{sec_list!r}: expected a list")
+        raise InputError(file, "constraints", f"{shown(sec_list)}: expected a list")
     out = []
     for i, item in enumerate(sec_list):
         sec = Section(item, file, f"constraints[{i}]").only("metric", "slice", "min", "max_drop")
@@ -371,7 +371,7 @@ def _metric_names(top: Section) -> tuple[str, ...] | None:
         return None
     for i, name in enumerate(names):
         if not isinstance(name, str):
-            raise InputError(top.file, f"metrics[{i}]", f"{name!r}: expected a metric name")
+            raise InputError(top.file, f"metrics[{i}]", f"{shown(name)}: expected a metric name")
     return tuple(dict.fromkeys(names))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rqsweep.config import Chunking
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 
 
@@ -79,7 +79,7 @@ def _tags(value: object, file: Path, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise InputError(file, where, f"tags must map strings to strings, got {value!r}")
+        raise InputError(file, where, f"tags must map strings to strings, got {shown(value)}")
     return dict(value)
 
 
@@ -88,13 +88,13 @@ def _text(row: dict, name: str, file: Path, where: str, *, required: bool = True
     if value is None and not required:
         return ""
     if not isinstance(value, str) or (required and not value.strip()):
-        raise InputError(file, f"{where}.{name}", f"expected a non-empty string, got {value!r}")
+        raise InputError(file, f"{where}.{name}", f"expected a non-empty string, got {shown(value)}")
     return value
 
 
 def _known_fields(row: object, allowed: set[str], file: Path, where: str) -> dict:
     if not isinstance(row, dict):
-        raise InputError(file, where, f"expected a mapping, got {row!r}")
+        raise InputError(file, where, f"expected a mapping, got {shown(row)}")
     unknown = sorted(set(row) - allowed)
     if unknown:
         raise InputError(file, f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
@@ -119,10 +119,10 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
         row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
         age = row.get("age_days", 0)
         if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < math.inf:
-            raise InputError(file, f"{where}.age_days", f"expected a finite number >= 0, got {age!r}")
+            raise InputError(file, f"{where}.age_days", f"expected a finite number >= 0, got {shown(age)}")
         store = row.get("store", row.get("memory", "default"))
         if not isinstance(store, str) or not store:
-            raise InputError(file, f"{where}.store", f"expected a store name, got {store!r}")
+            raise InputError(file, f"{where}.store", f"expected a store name, got {shown(store)}")
         mems.append(Memory(
             key=_text(row, "key", file, where), content=_text(row, "content", file, where),
             store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=float(age),
@@ -131,7 +131,7 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
         (f"memories[{i}]", m) for i, m in enumerate(mems)
     ]:
         if item.key in seen:
-            raise InputError(file, f"{where}.key", f"duplicate key {item.key!r} (first at {seen[item.key]})")
+            raise InputError(file, f"{where}.key", f"duplicate key {shown(item.key)} (first at {seen[item.key]})")
         seen[item.key] = where
     return Corpus(tuple(docs), tuple(mems))
 

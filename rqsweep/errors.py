@@ -34,3 +34,9 @@ class NoFeasibleSetting(RqsweepError):
     def __init__(self, message: str, run_dir: object):
         self.run_dir = run_dir
         super().__init__(message)
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A user's value as error messages echo it: its repr, cut to `limit` characters (a value can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -1,5 +1,9 @@
 """File I/O in one place: reading the files users hand rqsweep (with their encoding and syntax errors), and
-writing every output atomically."""
+writing every output atomically.
+
+YAML files may not use aliases (`*name`): a 1 kB file of nested aliases ("billion laughs") expands to
+gigabytes as soon as its value is copied or printed, so they are refused before any value is built.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,50 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from rqsweep.errors import InputError
+
+
+class _Refused(Exception):
+    """A YAML construct rqsweep does not accept, at a key path."""
+
+    def __init__(self, where: str, problem: str):
+        self.where, self.problem = where, problem
+
+
+def _check_nodes(root: Node) -> None:
+    """Refuse aliases, walking the composed nodes in document order (an alias is a node met twice)."""
+    seen: set[int] = set()
+    stack = [(root, "")]
+    while stack:
+        node, where = stack.pop()
+        if id(node) in seen:
+            raise _Refused(where, "a YAML alias")
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            children = []
+            for key, value in node.value:
+                name = key.value if isinstance(key, ScalarNode) else "?"
+                path = f"{where}.{name}" if where else name
+                children += [(key, path), (value, path)]
+            stack.extend(reversed(children))
+        elif isinstance(node, SequenceNode):
+            stack.extend(reversed([(child, f"{where}[{i}]") for i, child in enumerate(node.value)]))
+
+
+class _UserLoader(yaml.SafeLoader):
+    """YAML's safe loader, checking the composed document before it builds any value."""
+
+    def construct_document(self, node: Node) -> object:
+        _check_nodes(node)
+        return super().construct_document(node)
+
+
+def _first_alias_line(text: str) -> int:
+    """The 1-based line of the document's first alias (node marks give the anchor's line, not the alias's)."""
+    events = yaml.parse(text, Loader=yaml.SafeLoader)
+    return next(e.start_mark.line + 1 for e in events if isinstance(e, yaml.AliasEvent))
 
 
 def read_data(path: Path, what: str) -> tuple[bytes, object]:
@@ -45,7 +91,10 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
         except json.JSONDecodeError as exc:
             raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
     try:
-        return raw, yaml.safe_load(text)
+        return raw, yaml.load(text, Loader=_UserLoader)
+    except _Refused as exc:
+        raise InputError(path, exc.where, f"{exc.problem} (line {_first_alias_line(text)}): rqsweep's files accept "
+                                          "no YAML aliases (*name); write the value out") from None
     except yaml.YAMLError as exc:
         raise InputError(path, "", f"not valid YAML: {exc}") from None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from rqsweep.corpus import Corpus, corpus_from_rows
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 
 OVERALL = "overall"
@@ -47,7 +47,7 @@ class GoldenSet:
 def _string(row: dict, name: str, path: Path, where: str) -> str:
     value = row.get(name)
     if not isinstance(value, str) or not value.strip():
-        raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {value!r}")
+        raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {shown(value)}")
     return value
 
 
@@ -58,17 +58,17 @@ def _own_rows(rows: object, path: Path) -> list[tuple[str, str, str, list[tuple[
     for i, row in enumerate(rows):
         where = f"[{i}]"
         if not isinstance(row, dict):
-            raise InputError(path, where, f"expected a mapping, got {row!r}")
+            raise InputError(path, where, f"expected a mapping, got {shown(row)}")
         unknown = sorted(set(row) - {"id", "slice", "query", "expected"})
         if unknown:
             raise InputError(path, f"{where}.{unknown[0]}", "unknown field (allowed: id, slice, query, expected)")
         qid = row.get("id", f"q{i + 1:04d}")
         if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-            raise InputError(path, f"{where}.id", f"expected a string, got {qid!r}")
+            raise InputError(path, f"{where}.id", f"expected a string, got {shown(qid)}")
         expected = row.get("expected")
         keys = expected if isinstance(expected, list) else [expected]
         if not keys or not all(isinstance(k, str) and k for k in keys):
-            raise InputError(path, f"{where}.expected", f"expected a key or a non-empty list of keys, got {expected!r}")
+            raise InputError(path, f"{where}.expected", f"expected a key or a non-empty list of keys, got {shown(expected)}")
         out.append((str(qid), _string(row, "slice", path, where), _string(row, "query", path, where),
                     [(None, k) for k in keys]))
     return out
@@ -82,15 +82,15 @@ def _soat_rows(data: dict, path: Path) -> list[tuple[str, str, str, list[tuple[s
     for i, row in enumerate(queries):
         where = f"queries[{i}]"
         if not isinstance(row, dict):
-            raise InputError(path, where, f"expected a mapping, got {row!r}")
+            raise InputError(path, where, f"expected a mapping, got {shown(row)}")
         expected = row.get("expected")
         if not isinstance(expected, list) or not expected:
-            raise InputError(path, f"{where}.expected", f"expected a non-empty list, got {expected!r}")
+            raise InputError(path, f"{where}.expected", f"expected a non-empty list, got {shown(expected)}")
         items = []
         for j, item in enumerate(expected):
             ewhere = f"{where}.expected[{j}]"
             if not isinstance(item, dict) or item.get("source_type") not in ("document", "memory"):
-                raise InputError(path, ewhere, f"expected {{source_type: document|memory, key}}, got {item!r}")
+                raise InputError(path, ewhere, f"expected {{source_type: document|memory, key}}, got {shown(item)}")
             items.append((item["source_type"], _string(item, "key", path, ewhere)))
         out.append((_string(row, "id", path, where), _string(row, "kind", path, where),
                     _string(row, "query", path, where), items))
@@ -124,7 +124,7 @@ def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
     for i, (qid, slice_, text, items) in enumerate(rows):
         where = f"queries[{i}]" if inline is not None else f"[{i}]"
         if qid in ids:
-            raise InputError(path, f"{where}.id", f"duplicate query id {qid!r} (first at {ids[qid]})")
+            raise InputError(path, f"{where}.id", f"duplicate query id {shown(qid)} (first at {ids[qid]})")
         ids[qid] = where
         if slice_ == OVERALL:
             raise InputError(path, f"{where}.slice", f"{OVERALL!r} is reserved for the figure over all queries")
@@ -132,11 +132,11 @@ def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
         for j, (stype, key) in enumerate(items):
             if key not in types:
                 raise InputError(path, f"{where}.expected[{j}]",
-                                 f"key {key!r} (query {qid!r}) does not exist in the corpus")
+                                 f"key {shown(key)} (query {shown(qid)}) does not exist in the corpus")
             if stype is not None and stype != types[key]:
-                raise InputError(path, f"{where}.expected[{j}]", f"key {key!r} is a {types[key]}, not a {stype}")
+                raise InputError(path, f"{where}.expected[{j}]", f"key {shown(key)} is a {types[key]}, not a {stype}")
             expected.append(Expected(types[key], key))
         queries.append(GoldenQuery(qid, slice_, text, tuple(dict.fromkeys(expected))))
     dupes = [t for t, n in Counter(q.query for q in queries).items() if n > 1]
-    warnings = tuple(f"query text {t!r} appears more than once" for t in dupes)
+    warnings = tuple(f"query text {shown(t)} appears more than once" for t in dupes)
     return GoldenSet(path, hashlib.sha256(raw).hexdigest(), tuple(queries), inline, warnings)

@@ -9,7 +9,7 @@ from pathlib import Path
 from rqsweep import metrics
 from rqsweep.config import JobConfig, load_config
 from rqsweep.corpus import Corpus, load_corpus
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
 
 
@@ -39,7 +39,7 @@ def _metric_names(config: JobConfig) -> tuple[str, ...]:
             metrics.get(name)
         except KeyError:
             raise InputError(config.path, where if i is None else f"{where}[{i}]",
-                             f"{name!r}: no such metric (known: {metrics.known()})") from None
+                             f"{shown(name)}: no such metric (known: {metrics.known()})") from None
     return tuple(dict.fromkeys([*(name for _, _, name in named), *metrics.GATED]))
 
 
@@ -54,7 +54,8 @@ def load_inputs(config_path: Path) -> Inputs:
     for i, c in enumerate(config.constraints):
         if c.slice not in slices:
             raise InputError(config.path, f"constraints[{i}].slice",
-                             f"{c.slice!r}: no such slice in {golden.path.name} (slices: {', '.join(golden.slices)})")
+                             f"{shown(c.slice)}: no such slice in {golden.path.name} "
+                             f"(slices: {', '.join(golden.slices)})")
     if config.objective.slice not in slices - {"*"}:
-        raise InputError(config.path, "objective.slice", f"{config.objective.slice!r}: no such slice")
+        raise InputError(config.path, "objective.slice", f"{shown(config.objective.slice)}: no such slice")
     return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)

@@ -6,6 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from rqsweep.errors import shown
+
 KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
 # SOAT's defaults: k = 60 (the literature default), no similarity floor, recency blend off.
 DEFAULT_RRF_K = 60
@@ -15,8 +17,8 @@ class KnobError(ValueError):
     """A knob value SOAT would silently replace by its default."""
 
     def __init__(self, knob: str, value: object, rule: str):
-        self.knob, self.value = knob, value
-        super().__init__(f"{knob} = {value!r}: {rule}")
+        self.knob, self.value, self.rule = knob, value, rule
+        super().__init__(f"{knob} = {shown(value)}: {rule}")
 
 
 def check_rrf_k(value: object) -> int:
