@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rqsweep.cli import main
@@ -66,3 +67,21 @@ def test_long_values_are_shortened_in_messages(tmp_path, capsys):
     err = refused_before_any_work(capsys, config, "golden.yaml: [2].expected[0]", "... (3006 characters)",
                                   "does not exist")
     assert len(err) < 400
+
+
+# Item 7: a sweep's size is counted before anything is materialised, and capped.
+
+@pytest.mark.parametrize("knobs, where, count", [  # the cheap ones first: before the cap, they ran for seconds
+    ({"rrf_k": {"low": 1, "high": 1_200_000}}, "sweep.knobs.rrf_k", "1,200,000"),
+    ({"rrf_k": {"low": 1, "high": 120}, "min_similarity": {"low": 0, "high": 1, "num": 101},
+      "recency_half_life_days": {"low": 0, "high": 100, "step": 1}}, "sweep.knobs", "1,224,120"),
+    ({"min_similarity": {"low": 0, "high": 1, "step": 1e-12}}, "sweep.knobs.min_similarity", "1,000,000,000,001"),
+    ({"recency_half_life_days": {"low": 0, "high": 1, "num": 10 ** 12}}, "sweep.knobs.recency_half_life_days",
+     "1,000,000,000,000"),
+    ({"rrf_k": {"low": 1, "high": 10 ** 15}}, "sweep.knobs.rrf_k", "1,000,000,000,000,000"),
+    ({"recency_half_life_days": {"low": 0, "high": 1e308, "step": 1e-10}}, "sweep.knobs.recency_half_life_days",
+     "inf"),
+])
+def test_a_grid_above_the_cap_is_refused_with_its_count(tmp_path, capsys, knobs, where, count):
+    config = write_job(tmp_path, sweep={"strategy": "grid", "knobs": knobs})
+    refused_before_any_work(capsys, config, f"job.yaml: {where}: ", f"{count} settings", "cap of 1,000,000")
