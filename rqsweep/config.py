@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_si
 from rqsweep.scope import Scope
 
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
+# Enumerating a million settings takes about 3 s; the per-query table then holds settings x queries
+# rows (1,980 x 165 for the handbook), so a larger grid is a typo more often than a plan.
+MAX_GRID_SETTINGS = 1_000_000
 _MISSING = object()
 # Config keys whose values are secrets: never echoed in errors, redacted in run.json and Parquet.
 SECRET_KEY = re.compile(r"token|password|secret|^api_key$|authorization", re.IGNORECASE)
@@ -186,6 +190,19 @@ class KnobSpec:
     log: bool = False
     off: bool = False  # `include_off`: also try the knob switched off (no floor / no recency blend)
 
+    def range_points(self) -> int | float:
+        """How many values the range spans, counted without building them (inf when the count overflows)."""
+        if self.step is not None:
+            points = (self.high - self.low) / self.step
+            return math.floor(points + 1e-9) + 1 if math.isfinite(points) else math.inf
+        if self.num is not None:
+            return self.num
+        return int(self.high) - int(self.low) + 1  # a bare rrf_k range: every integer in it
+
+    def size(self) -> int | float:
+        """How many values a grid tries for this knob, at most (rounding rrf_k can merge some)."""
+        return len(self.values) if self.values is not None else self.range_points() + self.off
+
 
 @dataclass(frozen=True)
 class SweepConfig:
@@ -330,6 +347,8 @@ def _sweep(value: object, config: Path) -> SweepConfig:
     for knob, spec in knobs.items():
         if strategy == "grid" and knob != "rrf_k" and spec.values is None and spec.step is None and spec.num is None:
             raise InputError(file, knobs_sec.where(knob), "a grid over a real range needs `step` or `num`")
+    if strategy == "grid":
+        _check_grid_size(knobs_sec, knobs)
     opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout")
     if strategy == "optimize" and "optimize" not in sec.data:
         raise InputError(file, sec.where("optimize"), "strategy optimize needs n_trials (and optionally sampler, seed)")
@@ -346,6 +365,19 @@ def _sweep(value: object, config: Path) -> SweepConfig:
         timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),
         source=source,
     )
+
+
+def _check_grid_size(knobs_sec: Section, knobs: dict[str, KnobSpec]) -> None:
+    """Refuse a grid above MAX_GRID_SETTINGS, from its count alone: building it would exhaust memory first."""
+    sizes = {knob: spec.size() for knob, spec in knobs.items()}
+    cap = f"above the cap of {MAX_GRID_SETTINGS:,} settings per grid: use a larger step, fewer points or fewer values"
+    for knob, size in sizes.items():
+        if size > MAX_GRID_SETTINGS:
+            raise InputError(knobs_sec.file, knobs_sec.where(knob), f"{size:,} settings from this knob alone, {cap}")
+    total = math.prod(sizes.values())
+    if total > MAX_GRID_SETTINGS:
+        product = " x ".join(f"{size:,} {knob}" for knob, size in sizes.items())
+        raise InputError(knobs_sec.file, knobs_sec.path, f"{total:,} settings ({product}), {cap}")
 
 
 def _constraints(sec_list: object, file: Path) -> tuple[Constraint, ...]:

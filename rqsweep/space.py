@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import optuna
@@ -22,8 +21,7 @@ def knob_values(knob: str, spec: KnobSpec) -> list:
         return list(spec.values)
     low, high = spec.low, spec.high
     if spec.step is not None:
-        count = math.floor((high - low) / spec.step + 1e-9) + 1
-        values = [low + i * spec.step for i in range(count)]
+        values = [low + i * spec.step for i in range(spec.range_points())]
     elif spec.num is not None:
         values = list(np.geomspace(low, high, spec.num) if spec.log else np.linspace(low, high, spec.num))
     else:  # config allows a bare range for rrf_k only: every integer in it
