@@ -85,3 +85,32 @@ def test_long_values_are_shortened_in_messages(tmp_path, capsys):
 def test_a_grid_above_the_cap_is_refused_with_its_count(tmp_path, capsys, knobs, where, count):
     config = write_job(tmp_path, sweep={"strategy": "grid", "knobs": knobs})
     refused_before_any_work(capsys, config, f"job.yaml: {where}: ", f"{count} settings", "cap of 1,000,000")
+
+
+# Item 8: rrf_k NaN, infinite or beyond what SOAT (JavaScript) holds exactly; non-finite steps.
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("override, where, words", [
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"values": [60, NAN]}}}}, "sweep.knobs.rrf_k.values[1]",
+     "nan: must be an integer"),
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"low": 1, "high": INF}}}}, "sweep.knobs.rrf_k.high",
+     "inf: must be an integer"),
+    ({"baseline": {"rrf_k": NAN}}, "baseline.rrf_k", "nan: must be an integer"),
+    ({"baseline": {"rrf_k": -INF}}, "baseline.rrf_k", "-inf: must be an integer"),
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"values": [60, 2 ** 53]}}}}, "sweep.knobs.rrf_k.values[1]",
+     "9007199254740992: must be an integer in [1, 9007199254740991]"),
+    ({"baseline": {"rrf_k": 10 ** 20}}, "baseline.rrf_k", "must be an integer in [1, 9007199254740991]"),
+    ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"low": 1, "high": 100, "step": INF}}}},
+     "sweep.knobs.rrf_k.step", "inf: must be a finite number > 0"),
+    ({"sweep": {"strategy": "optimize", "knobs": {"min_similarity": {"low": 0.1, "high": 0.5, "step": INF}},
+                "optimize": {"n_trials": 2}}}, "sweep.knobs.min_similarity.step", "inf: must be a finite number > 0"),
+    ({"sweep": {"strategy": "grid", "knobs": {"min_similarity": {"low": 0.1, "high": 0.5, "step": NAN}}}},
+     "sweep.knobs.min_similarity.step", "nan: must be a finite number > 0"),
+    ({"sweep": {"strategy": "grid", "knobs": {"min_similarity": {"low": 0.1, "high": 0.5, "num": INF}}}},
+     "sweep.knobs.min_similarity.num", "inf: expected int"),
+])
+def test_non_finite_and_oversized_knob_values_are_refused_at_config_time(tmp_path, capsys, override, where, words):
+    config = write_job(tmp_path, **override)
+    refused_before_any_work(capsys, config, f"job.yaml: {where}: {words}")
