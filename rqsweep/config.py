@@ -308,7 +308,7 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     log = sec.get("log", bool, False)
     if log and low <= 0:
         raise sec.fail("low", low, "a log-spaced range needs low > 0")
-    step = sec.get("step", (int, float), None, lambda v: v > 0, "must be > 0")
+    step = sec.get("step", (int, float), None, lambda v: 0 < v < math.inf, "must be a finite number > 0")
     num = sec.get("num", int, None, lambda v: v >= 1, "must be >= 1")
     if step is not None and (num is not None or log):
         raise InputError(sec.file, sec.path, "give `step` for a linear range, or `num` (with `log`), not both")

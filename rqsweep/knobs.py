@@ -11,6 +11,9 @@ from rqsweep.errors import shown
 KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
 # SOAT's defaults: k = 60 (the literature default), no similarity floor, recency blend off.
 DEFAULT_RRF_K = 60
+# JavaScript's Number.MAX_SAFE_INTEGER: SOAT reads rrf_k as a JavaScript number, and above this it would
+# search with a neighbouring integer instead of the one recorded (it also fits Parquet's int64).
+MAX_RRF_K = 2 ** 53 - 1
 
 
 class KnobError(ValueError):
@@ -22,8 +25,9 @@ class KnobError(ValueError):
 
 
 def check_rrf_k(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 1:
-        raise KnobError("rrf_k", value, "must be an integer >= 1")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= MAX_RRF_K
+            or value != int(value)):
+        raise KnobError("rrf_k", value, f"must be an integer >= 1 and <= {MAX_RRF_K}")
     return int(value)
 
 
