@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,58 @@ NAN, INF = float("nan"), float("inf")
 def test_non_finite_and_oversized_knob_values_are_refused_at_config_time(tmp_path, capsys, override, where, words):
     config = write_job(tmp_path, **override)
     refused_before_any_work(capsys, config, f"job.yaml: {where}: {words}")
+
+
+# Item 9: duplicate YAML keys, and SOAT golden sets of an unknown version.
+
+def test_a_duplicate_key_in_the_config_is_refused(tmp_path, capsys):
+    config = write_job(tmp_path)
+    text = config.read_text()
+    config.write_text(text + "search: {limit: 10, limit: 3}\n")
+    line = len(text.splitlines()) + 1
+    refused_before_any_work(capsys, config, "job.yaml: search.limit: ", f"duplicate key (line {line}",
+                            f"first at line {line})")
+
+
+def test_duplicate_keys_in_golden_rows_and_sweep_files_are_refused(tmp_path, capsys):
+    config = write_job(tmp_path)
+    golden = tmp_path / "golden.yaml"
+    text = golden.read_text()
+    golden.write_text(text + "- {id: x1, slice: a,\n   slice: document, query: q, expected: doc-vpn}\n")
+    n = len(text.splitlines())
+    refused_before_any_work(capsys, config, "golden.yaml: [10].slice: ", f"duplicate key (line {n + 2}",
+                            f"first at line {n + 1})")
+
+    (tmp_path / "grid.yaml").write_text("strategy: grid\nknobs:\n  rrf_k: {values: [5, 60]}\n"
+                                        "  rrf_k: {values: [1]}\n")
+    config = write_job(tmp_path, sweep="grid.yaml")
+    refused_before_any_work(capsys, config, "grid.yaml: knobs.rrf_k: ", "duplicate key (line 4", "first at line 3)")
+
+
+def soat_golden(folder: Path, version: object) -> Path:
+    """A SOAT-format golden.json (corpus inline) of the mini job's data."""
+    from tests.minijob import DOCUMENTS, MEMORIES, QUERIES
+
+    data = {"corpus": {"documents": [{"key": k, "path": p, "content": c} for k, p, c in DOCUMENTS],
+                       "memories": [{"key": k, "content": c} for k, c, _ in MEMORIES]},
+            "queries": [{"id": i, "query": q, "kind": s,
+                         "expected": [{"source_type": "document" if e.startswith("doc") else "memory", "key": e}]}
+                        for i, s, q, e in QUERIES]}
+    if version is not None:
+        data["version"] = version
+    path = folder / "golden.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_soat_golden_set_of_an_unknown_version_is_refused(tmp_path, capsys):
+    config = write_job(tmp_path, corpus=None, golden="golden.json")
+    soat_golden(tmp_path, 1)
+    code, err = cli(capsys, config, "--dry-run")
+    assert code == 0, err
+    soat_golden(tmp_path, 2)
+    refused_before_any_work(capsys, config, "golden.json: version: 2: ", "supported: 1")
+    soat_golden(tmp_path, "1")
+    refused_before_any_work(capsys, config, "golden.json: version: '1': ", "supported: 1")
+    soat_golden(tmp_path, None)
+    refused_before_any_work(capsys, config, "golden.json: version: ", "supported: 1")
