@@ -21,27 +21,37 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from rqsweep.errors import InputError
 
 
-class _Refused(Exception):
-    """A YAML construct rqsweep does not accept, at a key path."""
+class _Alias(Exception):
+    def __init__(self, where: str):
+        self.where = where
 
-    def __init__(self, where: str, problem: str):
-        self.where, self.problem = where, problem
+
+class _DuplicateKey(Exception):
+    def __init__(self, where: str, line: int, first: int):
+        self.where, self.line, self.first = where, line, first
 
 
 def _check_nodes(root: Node) -> None:
-    """Refuse aliases, walking the composed nodes in document order (an alias is a node met twice)."""
+    """Refuse aliases and duplicate keys, walking the composed nodes in document order.
+
+    An alias is a node met twice. YAML keeps the last of two equal keys, silently; here they are an error.
+    """
     seen: set[int] = set()
     stack = [(root, "")]
     while stack:
         node, where = stack.pop()
         if id(node) in seen:
-            raise _Refused(where, "a YAML alias")
+            raise _Alias(where)
         seen.add(id(node))
         if isinstance(node, MappingNode):
-            children = []
+            children, lines = [], {}
             for key, value in node.value:
                 name = key.value if isinstance(key, ScalarNode) else "?"
                 path = f"{where}.{name}" if where else name
+                if isinstance(key, ScalarNode):
+                    if (key.tag, key.value) in lines:
+                        raise _DuplicateKey(path, key.start_mark.line + 1, lines[key.tag, key.value])
+                    lines[key.tag, key.value] = key.start_mark.line + 1
                 children += [(key, path), (value, path)]
             stack.extend(reversed(children))
         elif isinstance(node, SequenceNode):
@@ -92,9 +102,11 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
             raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
     try:
         return raw, yaml.load(text, Loader=_UserLoader)
-    except _Refused as exc:
-        raise InputError(path, exc.where, f"{exc.problem} (line {_first_alias_line(text)}): rqsweep's files accept "
+    except _Alias as exc:
+        raise InputError(path, exc.where, f"a YAML alias (line {_first_alias_line(text)}): rqsweep's files accept "
                                           "no YAML aliases (*name); write the value out") from None
+    except _DuplicateKey as exc:
+        raise InputError(path, exc.where, f"duplicate key (line {exc.line}; first at line {exc.first})") from None
     except yaml.YAMLError as exc:
         raise InputError(path, "", f"not valid YAML: {exc}") from None
 

@@ -14,6 +14,7 @@ from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 
 OVERALL = "overall"
+SOAT_GOLDEN_VERSIONS = (1,)  # versions of SOAT's golden.json whose layout this module reads
 SourceType = Literal["document", "memory"]
 
 
@@ -68,7 +69,8 @@ def _own_rows(rows: object, path: Path) -> list[tuple[str, str, str, list[tuple[
         expected = row.get("expected")
         keys = expected if isinstance(expected, list) else [expected]
         if not keys or not all(isinstance(k, str) and k for k in keys):
-            raise InputError(path, f"{where}.expected", f"expected a key or a non-empty list of keys, got {shown(expected)}")
+            raise InputError(path, f"{where}.expected",
+                             f"expected a key or a non-empty list of keys, got {shown(expected)}")
         out.append((str(qid), _string(row, "slice", path, where), _string(row, "query", path, where),
                     [(None, k) for k in keys]))
     return out
@@ -97,6 +99,16 @@ def _soat_rows(data: dict, path: Path) -> list[tuple[str, str, str, list[tuple[s
     return out
 
 
+def _check_soat_version(data: dict, path: Path) -> None:
+    """Refuse a golden.json of another version: its fields could mean something else than we read."""
+    version = data.get("version")
+    if isinstance(version, bool) or version not in SOAT_GOLDEN_VERSIONS:
+        found = shown(version) if "version" in data else "missing"
+        supported = ", ".join(str(v) for v in SOAT_GOLDEN_VERSIONS)
+        raise InputError(path, "version",
+                         f"{found}: not a SOAT golden-set version rqsweep reads (supported: {supported})")
+
+
 def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
     """Load and validate a golden set against its corpus (given, or inline in SOAT's format).
 
@@ -106,6 +118,7 @@ def load_golden(path: Path, corpus: Corpus | None = None) -> GoldenSet:
     raw, data = read_data(path, "golden set")
     inline = None
     if isinstance(data, dict) and "queries" in data:
+        _check_soat_version(data, path)
         c = data.get("corpus")
         if not isinstance(c, dict):
             raise InputError(path, "corpus", "SOAT golden.json needs a `corpus` with documents and memories")
