@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
@@ -171,3 +173,27 @@ def test_a_soat_golden_set_of_an_unknown_version_is_refused(tmp_path, capsys):
     refused_before_any_work(capsys, config, "golden.json: version: '1': ", "supported: 1")
     soat_golden(tmp_path, None)
     refused_before_any_work(capsys, config, "golden.json: version: ", "supported: 1")
+
+
+# Item 13: outputs carry no absolute path (home folders included) and honour the umask.
+
+def test_outputs_record_paths_relative_to_the_config_and_honour_the_umask(tmp_path, capsys, monkeypatch):
+    home = tmp_path / "home" / "alice"
+    monkeypatch.setenv("HOME", str(home))
+    config = write_job(home / "job")
+    previous = os.umask(0o027)
+    try:
+        code, err = cli(capsys, config, "--quiet", "--output-dir", home / "out")
+    finally:
+        os.umask(previous)
+    assert code == 0, err
+    (run_dir,) = (home / "out" / "mini").iterdir()
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {"run.json", "grid.parquet", "queries.parquet", "report.md", "report.html"} <= {p.name for p in files}
+    for path in files:
+        assert str(tmp_path).encode() not in path.read_bytes(), path
+        assert path.stat().st_mode & 0o777 == 0o640, (path, oct(path.stat().st_mode))
+    info = json.loads((run_dir / "run.json").read_text())
+    assert (info["config_path"], info["golden_path"]) == ("job.yaml", "golden.yaml")
+    assert pq.read_schema(run_dir / "grid.parquet").metadata[b"rqsweep.golden"] == b"golden.yaml"
+    assert "golden set golden.yaml" in (run_dir / "report.md").read_text()
