@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,6 +280,10 @@ class JobConfig:
     workers: int
     output_dir: Path
     validation: Validation | None = Validation()
+
+    def relative(self, path: Path) -> str:
+        """`path` as run outputs record it: relative to the config's folder, so no home folder leaks into them."""
+        return os.path.relpath(path, self.path.parent)
 
 
 def _number_list(sec: Section, key: str, checker: Callable) -> tuple:

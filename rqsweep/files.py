@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 import polars as pl
@@ -113,8 +113,10 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
 
 def _atomic(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    # Created as any new file is, 0666 less the umask (mkstemp's files are 0600 whatever the umask); the
+    # kernel applies the umask, so it is never read (reading it means setting it, for every thread).
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
         write(tmp)
         with open(tmp, "rb+") as f:

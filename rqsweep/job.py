@@ -4,6 +4,7 @@ results and report."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import time
@@ -156,7 +157,7 @@ def _metadata(inputs: Inputs) -> dict[str, str]:
         "rqsweep.version": __version__,
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
         "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics)),
-        "rqsweep.golden": str(inputs.golden.path),
+        "rqsweep.golden": inputs.config.relative(inputs.golden.path),
         "rqsweep.strategy": inputs.config.sweep.strategy,
     }
 
@@ -231,8 +232,10 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         raise
     info = {
         "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
-        "config_path": str(config.path), "config": redact(config.raw), "config_sha256": config.sha256,
-        "golden_path": str(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
+        # Relative to the run folder, where `rqsweep explain` finds it again.
+        "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
+        "config_sha256": config.sha256,
+        "golden_path": config.relative(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
         "inputs_sha256": inputs.sha256, "versions": _versions(), "warnings": list(inputs.golden.warnings),
     }
     if resume is not None:

@@ -194,6 +194,7 @@ def test_outputs_record_paths_relative_to_the_config_and_honour_the_umask(tmp_pa
         assert str(tmp_path).encode() not in path.read_bytes(), path
         assert path.stat().st_mode & 0o777 == 0o640, (path, oct(path.stat().st_mode))
     info = json.loads((run_dir / "run.json").read_text())
-    assert (info["config_path"], info["golden_path"]) == ("job.yaml", "golden.yaml")
+    assert info["golden_path"] == "golden.yaml"
+    assert info["config_path"] == "../../../job/job.yaml"  # from the run folder: `rqsweep explain` reads it
     assert pq.read_schema(run_dir / "grid.parquet").metadata[b"rqsweep.golden"] == b"golden.yaml"
     assert "golden set golden.yaml" in (run_dir / "report.md").read_text()

@@ -88,7 +88,7 @@ class _Recompute:
 
     def __init__(self, run: RunFolder):
         info = json.loads((run.path / "run.json").read_text())
-        config_path = Path(info.get("config_path", ""))
+        config_path = run.path / info.get("config_path", "")  # relative to the run folder (absolute before)
         if not config_path.is_file():
             raise InputError(run.path / "run.json", "config_path",
                              f"{str(config_path)!r} is not a file: explain recomputes from the run's config")
