@@ -198,3 +198,14 @@ def test_outputs_record_paths_relative_to_the_config_and_honour_the_umask(tmp_pa
     assert info["config_path"] == "../../../job/job.yaml"  # from the run folder: `rqsweep explain` reads it
     assert pq.read_schema(run_dir / "grid.parquet").metadata[b"rqsweep.golden"] == b"golden.yaml"
     assert "golden set golden.yaml" in (run_dir / "report.md").read_text()
+
+
+# Item 14: YAML is read with libyaml's C parser where PyYAML has it (3x faster on large golden sets),
+# the refusals above working with it; libyaml also caps nesting, where the pure-Python parser recursed.
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="this PyYAML was built without libyaml")
+def test_yaml_is_read_with_the_c_parser(tmp_path, capsys):
+    config = write_job(tmp_path)
+    golden = tmp_path / "golden.yaml"
+    golden.write_text(golden.read_text() + "- {id: x1, slice: s, query: q, expected: " + "[" * 5000 + "]" * 5000 + "}\n")
+    refused_before_any_work(capsys, config, "golden.yaml: not valid YAML", "exceeded maximum nesting depth")
