@@ -207,5 +207,9 @@ def test_outputs_record_paths_relative_to_the_config_and_honour_the_umask(tmp_pa
 def test_yaml_is_read_with_the_c_parser(tmp_path, capsys):
     config = write_job(tmp_path)
     golden = tmp_path / "golden.yaml"
-    golden.write_text(golden.read_text() + "- {id: x1, slice: s, query: q, expected: " + "[" * 5000 + "]" * 5000 + "}\n")
+    deep = "[" * 5000 + "]" * 5000
+    golden.write_text(golden.read_text() + "- {id: x1, slice: s, query: q, expected: " + deep + "}\n")
     refused_before_any_work(capsys, config, "golden.yaml: not valid YAML", "exceeded maximum nesting depth")
+    soat_golden(tmp_path, 1).write_text('{"version": 1, "queries": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    config = write_job(tmp_path, corpus=None, golden="golden.json")
+    refused_before_any_work(capsys, config, "golden.json: not valid JSON: nested too deeply")
