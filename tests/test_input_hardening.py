@@ -213,3 +213,14 @@ def test_yaml_is_read_with_the_c_parser(tmp_path, capsys):
     soat_golden(tmp_path, 1).write_text('{"version": 1, "queries": ' + "[" * 100_000 + "]" * 100_000 + "}")
     config = write_job(tmp_path, corpus=None, golden="golden.json")
     refused_before_any_work(capsys, config, "golden.json: not valid JSON: nested too deeply")
+
+
+def test_reading_a_large_golden_set_is_announced(tmp_path, capsys, monkeypatch):
+    from rqsweep import job
+
+    monkeypatch.setattr(job, "LARGE_GOLDEN_BYTES", 100)
+    config = write_job(tmp_path)
+    code, err = cli(capsys, config, "--dry-run")
+    assert code == 0, err
+    assert "reading golden set golden.yaml (0 MB); JSON lines (.jsonl) read several times faster" in err
+    assert "golden set: 10 queries read in " in err
