@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rqsweep import metrics
 from rqsweep.config import JobConfig, load_config
@@ -43,12 +45,24 @@ def _metric_names(config: JobConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(name for _, _, name in named), *metrics.GATED]))
 
 
-def load_inputs(config_path: Path) -> Inputs:
+# A golden set this large takes seconds to read (6 MB: about 7 s of CPU as YAML, under 1 s as JSON lines;
+# benchmarks/golden_loading.py): say so, and what is faster.
+LARGE_GOLDEN_BYTES = 4_000_000
+
+
+def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: None) -> Inputs:
     """Read and cross-check everything a run needs before any search is made."""
     config = load_config(config_path)
     names = _metric_names(config)
     corpus = load_corpus(config.corpus) if config.corpus else None
+    size = config.golden.stat().st_size if config.golden.is_file() else 0
+    if size > LARGE_GOLDEN_BYTES:
+        faster = "; JSON lines (.jsonl) read several times faster" if config.golden.suffix in (".yaml", ".yml") else ""
+        log(f"reading golden set {config.relative(config.golden)} ({size / 1e6:.0f} MB){faster}")
+    started = time.monotonic()
     golden = load_golden(config.golden, corpus)
+    if size > LARGE_GOLDEN_BYTES:
+        log(f"golden set: {len(golden.queries):,} queries read in {time.monotonic() - started:.1f}s")
     corpus_sha256 = hashlib.sha256(config.corpus.read_bytes()).hexdigest() if config.corpus else None
     slices = set(golden.slices) | {OVERALL, "*"}
     for i, c in enumerate(config.constraints):

@@ -172,7 +172,7 @@ def _versions() -> dict[str, str]:
 
 def dry_run(config_path: Path) -> str:
     """Validate the config and golden set and say what a run would do, without making any search."""
-    inputs = load_inputs(config_path)
+    inputs = load_inputs(config_path, Progress(0, "dry run").log)
     config, golden = inputs.config, inputs.golden
     sweep = config.sweep
     if sweep.strategy == "grid":
@@ -205,9 +205,10 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         output_dir: Path | None = None, now: datetime | None = None) -> Outcome:
     """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing."""
     started = time.monotonic()
-    inputs = load_inputs(config_path)
+    progress = Progress(0, "rqsweep", quiet=quiet)
+    inputs = load_inputs(config_path, progress.log)
     config = inputs.config
-    progress = Progress(0, config.name, quiet=quiet)
+    progress.label = config.name
     now = now or datetime.now(timezone.utc)
     started_at = now.isoformat()
     if resume is not None:

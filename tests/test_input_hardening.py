@@ -216,9 +216,9 @@ def test_yaml_is_read_with_the_c_parser(tmp_path, capsys):
 
 
 def test_reading_a_large_golden_set_is_announced(tmp_path, capsys, monkeypatch):
-    from rqsweep import job
+    from rqsweep import inputs
 
-    monkeypatch.setattr(job, "LARGE_GOLDEN_BYTES", 100)
+    monkeypatch.setattr(inputs, "LARGE_GOLDEN_BYTES", 100)
     config = write_job(tmp_path)
     code, err = cli(capsys, config, "--dry-run")
     assert code == 0, err
