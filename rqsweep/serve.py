@@ -1,10 +1,14 @@
 """`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
 
 Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
-search with `signals`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and status codes.
-Knob values the server cannot use fall back to the defaults silently, as SOAT's do. For tests and demos:
-seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), an emulation of
-older SOAT releases (`--old-server`), a frozen clock, and `--die-after N` searches.
+search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
+status codes. Knob values the server cannot use fall back to the defaults silently, as SOAT's do. For tests
+and demos: seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), a frozen
+clock, `--die-after N` searches, and `--old-server`: SOAT v0.28.0, the newest public release, measured from
+outside: pure cosine ranking with `min_score` applied after the top-`limit` cut, `memory_ids`, no `tags`
+filter and no `include_*` flags (unknown fields: 400 with `error.meta.unknownFields`), results without
+`signals` naming the memory `entry_id`; memory containers at `/api/v1/memories {project_id, name}`, entries
+at `/api/v1/memory-entries {memory_id, content, tags: [string]}`; unknown routes: 404 in plain text.
 
 The stdlib's ThreadingHTTPServer is enough here: the work per request is the engine's, not the server's,
 and it keeps the test suite free of another dependency.
@@ -40,19 +44,22 @@ from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_c
 
 MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "recency_half_life_days", "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
-# Releases before the hybrid ranking: no rrf_k, recency or include flags; older names for the rest.
-OLD_FIELDS = {"project_id", "query", "limit", "min_score", "tags", "memory_ids", "document_paths", "document_ids"}
+# Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
+OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
 FAULT_KINDS = ("500", "429", "slow", "drop")
 
 
 class ApiError(Exception):
     """An answer in SOAT's error shape."""
 
-    def __init__(self, status: int, code: str, message: str, meta: dict | None = None):
+    def __init__(self, status: int, code: str, message: str, meta: dict | None = None, plain: bool = False):
         super().__init__(message)
-        self.status, self.code, self.meta = status, code, meta
+        self.status, self.code, self.meta, self.plain = status, code, meta, plain
 
-    def body(self) -> dict:
+    def body(self) -> dict | str:
+        """SOAT's JSON error body, or plain text (`plain`: what a release's router answers on its own)."""
+        if self.plain:
+            return str(self)
         error = {"code": self.code, "message": str(self)}
         if self.meta is not None:
             error["meta"] = self.meta
@@ -163,8 +170,8 @@ class SoatServer:
     """The store behind an HTTP server; `start`/`stop` it, possibly several times on the same port."""
 
     def __init__(self, store: SoatStore, accounts: Accounts, *, old_server: bool = False, faults: Faults | None = None,
-                 die_after: int | None = None):
-        self.store, self.accounts, self.old_server = store, accounts, old_server
+                 die_after: int | None = None, version: str | None = None):
+        self.store, self.accounts, self.old_server, self.version = store, accounts, old_server, version
         self.faults = faults or Faults()
         self.die_after = die_after
         self.searches = 0
@@ -203,19 +210,28 @@ class SoatServer:
             body = self._object(body)
             token = self.accounts.login(body.get("username"), body.get("password"))
             return 200, {"id": "usr_000001", "username": self.accounts.username, "role": "admin", "token": token}
+        if (method, path) == ("GET", "/health"):
+            return 200, {"status": "ok"} | ({"version": self.version} if self.version else {})
         admin, confined = self.accounts.caller(authorization)
         routes = {
             ("POST", "/api/v1/projects"): self._create_project,
+            ("GET", "/api/v1/projects"): self._list_projects,
             ("POST", "/api/v1/documents"): self._create_document,
             ("GET", "/api/v1/documents"): self._list_documents,
-            ("POST", "/api/v1/memory-stores"): self._create_memory_store,
-            ("GET", "/api/v1/memory-stores"): self._list_memory_stores,
-            ("POST", "/api/v1/memories"): self._create_memory,
             ("POST", SEARCH_PATH): self._search,
         }
+        if self.old_server:  # a memory is a container of entries
+            routes |= {("POST", "/api/v1/memories"): self._create_memory_store,
+                       ("GET", "/api/v1/memories"): self._list_memory_stores,
+                       ("POST", "/api/v1/memory-entries"): self._create_memory_entry}
+        else:
+            routes |= {("POST", "/api/v1/memory-stores"): self._create_memory_store,
+                       ("GET", "/api/v1/memory-stores"): self._list_memory_stores,
+                       ("POST", "/api/v1/memories"): self._create_memory}
         route = routes.get((method, path))
         if route is None:
-            raise ApiError(404, "NOT_FOUND", f"no route {method} {path}")
+            raise ApiError(404, "NOT_FOUND", "Not Found" if self.old_server else f"no route {method} {path}",
+                           plain=self.old_server)
         if method == "GET":
             body = {k: v[0] for k, v in query.items()}
         return route(self._object(body), admin, confined)
@@ -243,6 +259,10 @@ class SoatServer:
         if not isinstance(name, str) or not name:
             raise _invalid("name is required")
         return 201, {"id": self.store.create_project(name), "name": name}
+
+    def _list_projects(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        return 200, {"data": [{"id": p, "name": n} for p, n in self.store.projects.items()
+                              if confined is None or p == confined]}
 
     def _create_document(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         project_id = self._project(body, confined)
@@ -279,16 +299,28 @@ class SoatServer:
         return 200, {"data": [{"id": s.id, "name": s.name} for s in stores]}
 
     def _create_memory(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
-        store = self.store.stores.get(body.get("memory_store_id"))
+        return self._write_memory(body, confined, "memory_store_id", _tags(body))
+
+    def _create_memory_entry(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        tags = body.get("tags")
+        if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+            raise _invalid("tags must be an array of strings")
+        # The release searches no entry tags, so they are echoed and kept nowhere else.
+        status, answer = self._write_memory(body, confined, "memory_id", {})
+        return status, answer | {"tags": tags or []}
+
+    def _write_memory(self, body: dict, confined: str | None, container: str,
+                      tags: dict[str, str]) -> tuple[int, dict]:
+        """A memory (an entry, in older releases) written into the container `body[container]` names."""
+        store = self.store.stores.get(body.get(container))
         if store is None:
-            raise _invalid("memory_store_id does not name a memory store")
+            raise _invalid(f"{container} {body.get(container)!r} does not name a memory container")
         self._project({"project_id": store.project_id}, confined)
         content = body.get("content")
         if not isinstance(content, str) or not content:
             raise _invalid("content is required")
-        action, memory = self.store.create_memory(store.id, content, _tags(body))
-        return (201 if action == "created" else 200), {"id": memory.id, "action": action,
-                                                        "memory_store_id": store.id}
+        action, memory = self.store.create_memory(store.id, content, tags)
+        return (201 if action == "created" else 200), {"id": memory.id, "action": action, container: store.id}
 
     def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         allowed = OLD_FIELDS if self.old_server else MODERN_FIELDS
@@ -312,7 +344,7 @@ class SoatServer:
             raise _invalid("give a query, tags, memory stores, document paths or document ids")
         project_id = self._project(body, confined, required=False)
         found = self.store.search(project_id, query or "", _knobs(body, self.old_server),
-                                  clamp_limit(body.get("limit")), filters)
+                                  clamp_limit(body.get("limit")), filters, pure_cosine=self.old_server)
         return 200, {"results": [self._result(f) for f in found]}
 
     def _result(self, f: Found) -> dict:
@@ -359,9 +391,10 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
         def _answer(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
+            plain = isinstance(payload, str)
+            data = payload.encode() if plain else json.dumps(payload).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/plain; charset=utf-8" if plain else "application/json")
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -425,7 +458,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="load the config's corpus (memory ages included) and write its key -> id map here")
     p.add_argument("--clock", help="freeze the server's clock at this ISO time (default: the real clock)")
     p.add_argument("--old-server", action="store_true",
-                   help="behave like SOAT before the hybrid ranking (min_score, memory_ids, entry_id, no signals)")
+                   help="behave like SOAT v0.28.0, before the hybrid ranking: pure cosine, min_score after the cut, "
+                        "memory_ids, entry_id, no tags, include flags or signals, memory containers at /memories")
+    p.add_argument("--server-version", help="the version GET /health states (default: none)")
     p.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered badly (0..1)")
     p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma-separated of {', '.join(FAULT_KINDS)}")
     p.add_argument("--fault-seed", type=int, default=0)
@@ -442,13 +477,15 @@ def _engine(config: JobConfig) -> EmbeddedConfig:
 
 
 def build_server(config: JobConfig, *, clock: datetime | None = None, accounts: Accounts | None = None,
-                 old_server: bool = False, faults: Faults | None = None, die_after: int | None = None) -> SoatServer:
+                 old_server: bool = False, faults: Faults | None = None, die_after: int | None = None,
+                 version: str | None = None) -> SoatServer:
     """A server over an empty store with the config's engine settings (embedded defaults otherwise)."""
     from rqsweep.backends.embedded import build_embedder
 
     engine = _engine(config)
     store = SoatStore(build_embedder(engine), frozen_clock(clock) if clock else system_clock, engine.tie_order)
-    return SoatServer(store, accounts or Accounts(), old_server=old_server, faults=faults, die_after=die_after)
+    return SoatServer(store, accounts or Accounts(), old_server=old_server, faults=faults, die_after=die_after,
+                      version=version)
 
 
 def main(argv: list[str]) -> int:
@@ -469,7 +506,8 @@ def main(argv: list[str]) -> int:
         config = load_config(args.config)
         server = build_server(config, clock=clock, accounts=accounts, old_server=args.old_server,
                               faults=Faults(args.fault_rate, kinds, args.fault_seed, args.retry_after,
-                                            args.slow_seconds, args.fault_all_routes), die_after=args.die_after)
+                                            args.slow_seconds, args.fault_all_routes), die_after=args.die_after,
+                              version=args.server_version)
         if args.preload:
             if config.corpus is None:
                 print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)

@@ -3,7 +3,8 @@
 What `rqsweep serve` serves. Rows keep insertion order per table, as a freshly loaded PostgreSQL table
 does (an updated memory moves to the end, as an UPDATE's new tuple would). Each document is chunked
 with its own strategy; the engine then indexes the chunks whole. Timestamps come from one clock, which
-can be frozen so that a corpus seeded over HTTP has the ages (zero) of an embedded run.
+can be frozen so that a corpus seeded over HTTP has the ages (zero) of an embedded run. Releases
+before the hybrid ranking rank by cosine alone (`pure_cosine`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rqsweep.corpus import Corpus, Document, Memory, chunk_document, memory_upda
 from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.cosine import cosine_distance
 from rqsweep.engine.embed import Embedder
+from rqsweep.engine.fusion import similarity_floor
 from rqsweep.engine.index import Index, SearchResult
 from rqsweep.scope import Scope
 from rqsweep.knobs import Knobs
@@ -208,8 +210,12 @@ class SoatStore:
         index.stores["memory"].updated_at_ms[:] = [round(m.updated_at.timestamp() * 1000) for m in mems]
         return index
 
-    def search(self, project_id: str | None, query: str, knobs: Knobs, limit: int, filters: Filters) -> list[Found]:
-        """SOAT's knowledge search over one project (or every project when `project_id` is None)."""
+    def search(self, project_id: str | None, query: str, knobs: Knobs, limit: int, filters: Filters,
+               pure_cosine: bool = False) -> list[Found]:
+        """SOAT's knowledge search over one project (or every project when `project_id` is None).
+
+        `pure_cosine`: the ranking of releases before the hybrid one, where only the floor applies.
+        """
         index = self._index(project_id)
         with self._lock:
             document_keys = None
@@ -220,8 +226,10 @@ class SoatStore:
         scope = Scope(dict(filters.tags), filters.include_documents, filters.include_memories,
                       None if filters.memory_store_ids is None else tuple(filters.memory_store_ids),
                       None if filters.document_paths is None else tuple(filters.document_paths), document_keys)
+        results = (_cosine_search(index, query, knobs.min_similarity, limit, scope) if pure_cosine
+                   else index.search(query, knobs, limit, scope, now=self.clock()))
         found = []
-        for r in index.search(query, knobs, limit, scope, now=self.clock()):
+        for r in results:
             if r.source_type == "document":
                 chunk_id = r.key
                 found.append(Found(r, self.documents[chunk_id.rsplit("#", 1)[0]], None, None, chunk_id))
@@ -229,6 +237,19 @@ class SoatStore:
                 memory = self.memories[r.key]
                 found.append(Found(r, None, memory, self.stores[memory.store_id], None))
         return found
+
+
+def _cosine_search(index: Index, query: str, floor: float | None, limit: int, scope: Scope) -> list[SearchResult]:
+    """Both stores by cosine similarity alone, top `limit`, then the floor: it removes and never refills."""
+    top = similarity_floor(index.candidates(query, limit, scope).vector[:limit], floor)
+    results = []
+    for c in top:
+        store = index.stores[c.source_type]
+        results.append(SearchResult(
+            c.source_type, store.keys[c.row], store.ids[c.row] if c.source_type == "document" else None,
+            store.contents[c.row], c.score, c.score, {},
+            datetime.fromtimestamp(store.updated_at_ms[c.row] / 1000, timezone.utc)))
+    return results
 
 
 def frozen_clock(at: datetime) -> Clock:
