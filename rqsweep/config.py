@@ -304,9 +304,14 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     sec.only("values", "low", "high", "step", "num", "log", "include_off")
     checker = _CHECKERS[knob]
     if "values" in sec.data:
-        if set(sec.data) - {"values"}:
+        if set(sec.data) - {"values", "include_off"}:
             raise InputError(sec.file, sec.path, "give either `values` or a range (low, high, step/num), not both")
-        return KnobSpec(values=_number_list(sec, "values", checker))
+        values = _number_list(sec, "values", checker)
+        if sec.get("include_off", bool, False):
+            if knob == "rrf_k":
+                raise sec.fail("include_off", True, "rrf_k cannot be switched off")
+            values = tuple(dict.fromkeys((None if knob == "min_similarity" else 0.0, *values)))  # off first
+        return KnobSpec(values=values)
     low, high = sec.knob("low", checker), sec.knob("high", checker)
     if low is None or high is None or not low <= high:
         raise InputError(sec.file, sec.path, f"need low <= high, got low={shown(low)} high={shown(high)}")
