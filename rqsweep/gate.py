@@ -6,6 +6,9 @@ Checks, on the chosen setting (the best feasible one; the baseline when none is 
   than the tolerance. Values are rounded to 4 decimals before comparing, as SOAT's own gate does,
   so float noise never fails a run. Absolute values are never pinned: only falls count.
 
+Two runs are compared only when the same kind of ranking produced them: their backends and server
+profiles (`backends.base.comparable_profile`) must agree, unless the caller allows a different one.
+
 A gate file is the committed form of "before": a small JSON of the chosen setting's per-slice
 metrics, one slice per line, so that the diff of a ranking change reads as a before / after table.
 """
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rqsweep import metrics
+from rqsweep.backends.base import comparable_profile, describe_profile
 from rqsweep.errors import InputError
-from rqsweep.golden import OVERALL
 from rqsweep.files import write_text
+from rqsweep.golden import OVERALL
 from rqsweep.run_folder import RunFolder, read_run_folder
 
 GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
@@ -151,15 +155,37 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
     return header + "\n" + _table(rows), problems
 
 
-def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float) -> GateResult:
+def _profile_note(run: RunFolder, before: RunFolder, allow_different: bool) -> str | None:
+    """None when both runs were measured the same way; a note when allowed to differ; InputError otherwise."""
+    if run.server_profile is None or before.server_profile is None:
+        return (f"note: run {(before if before.server_profile is None else run).run_id} records no server profile "
+                "(written before rqsweep kept one): whether both runs were ranked alike is not checked")
+    if comparable_profile(run.server_profile) == comparable_profile(before.server_profile):
+        return None
+    both = (f"run {before.run_id} was measured on {describe_profile(before.server_profile)}; run {run.run_id} on "
+            f"{describe_profile(run.server_profile)}")
+    if allow_different:
+        return f"warning: {both} (compared as asked by --allow-different)"
+    raise InputError(before.path / "grid.parquet", "rqsweep.server_profile",
+                     f"{both}: their numbers measure different rankings, so the gate does not compare them; "
+                     "pass --allow-different to compare anyway")
+
+
+def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float,
+         allow_different: bool = False) -> GateResult:
     """Gate run folder `current` against a previous run folder and/or a gate file (either may be None).
 
-    Structure is always checked; direction against each reference given.
+    Structure is always checked; direction against each reference given. A previous run measured with
+    another backend or server profile raises InputError unless `allow_different`.
     """
-    now = run_snapshot(current)
-    references = []
+    run = read_run_folder(current)
+    now = _snapshot(run)
+    references, notes = [], []
     if previous is not None:
-        references.append(run_snapshot(previous))
+        before = read_run_folder(previous)
+        note = _profile_note(run, before, allow_different)
+        notes = [note] if note else []
+        references.append(_snapshot(before))
     if gate_file is not None:
         references.append(read_gate_file(gate_file))
     problems = _structure(now, set().union(*(ref.slices.keys() for ref in references)))
@@ -174,7 +200,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     else:
         verdict = (f"Gate passed: every slice has its metrics, none is at zero, and none fell by more than "
                    f"{tolerance:g} (compared at {DECIMALS} decimals).")
-    return GateResult(not problems, failing, tuple(p for _, p in problems), "\n\n".join([*sections, verdict]))
+    return GateResult(not problems, failing, tuple(p for _, p in problems),
+                      "\n\n".join([*notes, *sections, verdict]))
 
 
 def _json_number(metric: str, value: float | None) -> str:

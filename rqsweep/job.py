@@ -152,8 +152,9 @@ class Sweep:
         return Finished(grid_frame, queries, settings, best, dict(rejected), cv)
 
 
-def _metadata(inputs: Inputs) -> dict[str, str]:
+def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
     return {
+        "rqsweep.server_profile": json.dumps(profile),
         "rqsweep.version": __version__,
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
         "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics)),
@@ -224,13 +225,6 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         run_dir.mkdir(parents=True, exist_ok=False)
     for w in inputs.golden.warnings:
         progress.log(f"warning: {w}")
-    try:
-        backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
-                                workers=config.workers if workers is None else workers)
-    except BaseException:
-        if resume is None:  # nothing was evaluated: leave no half-made run folder behind
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
     info = {
         "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
         # Relative to the run folder, where `rqsweep explain` finds it again.
@@ -241,7 +235,16 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     }
     if resume is not None:
         info["resumed_at"] = now.isoformat()
-    write_json(run_dir / "run.json", info)
+    write_json(run_dir / "run.json", info)  # before the backend: a seed it starts can be resumed
+    try:
+        backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
+                                workers=config.workers if workers is None else workers)
+    except BaseException:
+        # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
+        if resume is None and not any(p.name != "run.json" for p in run_dir.iterdir()):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    info["server_profile"] = backend.profile
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     try:
@@ -253,7 +256,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         ranked = {sid: backend.ranked(done.settings[sid]) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
     finally:
         backend.close()
-    metadata = _metadata(inputs)
+    metadata = _metadata(inputs, backend.profile)
     write_parquet(run_dir / "hits.parquet", hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id),
                   metadata)
     write_parquet(run_dir / "queries.parquet", done.queries, metadata)

@@ -30,6 +30,7 @@ class RunFolder:
     golden: str  # the golden set's path as the run read it
     strategy: str  # `grid` or `optimize`
     definitions: dict[str, str]  # what each column means, metrics included (`rqsweep.metrics` metadata)
+    server_profile: dict | None = None  # what produced the rankings (`backends.base`); None before it was kept
 
     @property
     def run_id(self) -> str:
@@ -123,4 +124,6 @@ def read_run_folder(path: Path) -> RunFolder:
     strategy = metadata.get(b"rqsweep.strategy", b"").decode() or (
         sweep.get("strategy", "grid") if isinstance(sweep, dict) else "grid")
     definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
-    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions)
+    profile = metadata.get(b"rqsweep.server_profile")
+    return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions,
+                     json.loads(profile) if profile else None)

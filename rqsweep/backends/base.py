@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import KNOBS, Knobs
 
 # One row per (setting, query): what every backend returns and the run state keeps.
 # `positions` holds one entry per expected key, in the golden set's order: null = not returned;
@@ -51,6 +51,7 @@ class Backend(Protocol):
 
     name: str
     checkpoint_every: int  # settings per recorded batch: what a crash can cost at most
+    profile: dict  # what produced the rankings (`EMBEDDED_PROFILE`, or `ServerProfile.record`)
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame: ...
 
@@ -89,3 +90,39 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
         "tie_sensitive": pl.Series([None] * (n_s * n_q) if tie_sensitive is None else tie_sensitive.ravel(),
                                    dtype=pl.Boolean),
     }, schema=OUTCOME_SCHEMA)
+
+
+# A server profile, as run.json, the Parquet metadata (`rqsweep.server_profile`) and the report keep it:
+# backend, version (when the server states it), ranking (hybrid | pure cosine), knobs_accepted,
+# knobs_refused {knob: the server's answer}, field_names {modern: the server's}, include_flags, signals,
+# mode (embedded | replay | direct), and for HTTP the base_url.
+EMBEDDED_PROFILE = {"backend": "embedded", "version": None, "ranking": "hybrid", "knobs_accepted": list(KNOBS),
+                    "knobs_refused": {}, "field_names": {}, "include_flags": True, "signals": True,
+                    "mode": "embedded"}
+# What two runs must share for their metrics to be comparable: not where the server is, what it calls its
+# version, or whether replay or direct searches read it (replay is proven equal to direct).
+_INCIDENTAL = ("base_url", "version", "mode")
+
+
+def comparable_profile(profile: dict) -> dict:
+    """The part of a profile that decides what a run's numbers mean."""
+    return {k: v for k, v in profile.items() if k not in _INCIDENTAL}
+
+
+def describe_profile(profile: dict) -> str:
+    """The profile in one sentence, e.g. `SOAT 0.28.0 at http://host: pure cosine ranking; rrf_k and
+    recency_half_life_days refused; older field names (...); results without signals; direct mode`."""
+    refused = list(profile.get("knobs_refused") or {})
+    parts = [f"{profile.get('ranking', 'unknown')} ranking",
+             f"{' and '.join(refused)} refused" if refused else "every knob accepted"]
+    if profile.get("backend") == "embedded":
+        return "Embedded engine (SOAT-exact): " + "; ".join(parts)
+    names = profile.get("field_names") or {}
+    if names:
+        parts.append("older field names (" + ", ".join(f"{a} as {b}" for a, b in names.items()) + ")")
+    if not profile.get("include_flags", True):
+        parts.append("no include_documents / include_memories")
+    parts.append("results with signals" if profile.get("signals") else "results without signals")
+    parts.append(f"{profile.get('mode')} mode")
+    version = profile.get("version") or "(version not stated)"
+    return f"SOAT {version} at {profile.get('base_url')}: " + "; ".join(parts)

@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 from joblib.externals.loky import ProcessPoolExecutor
 
-from rqsweep.backends.base import RankedHit, outcome_frame
+from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig
 from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, plan_query
@@ -61,6 +61,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    profile = EMBEDDED_PROFILE
     checkpoint_every = 2000  # settings: a few seconds of work, even on large golden sets
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from rqsweep.backends.base import describe_profile
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report import plots
@@ -31,7 +32,10 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
         decision = (f"Best feasible setting: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
                     f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
     held_out = [Paragraph(summary_lines(cv, metric_label(metric))[0])] if cv else []
-    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(facts), Paragraph(decision), *held_out]
+    source = (f"Rankings from {describe_profile(run.server_profile)}." if run.server_profile else
+              "Rankings from a backend this run did not record (written before rqsweep kept a server profile).")
+    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(source), Paragraph(facts), Paragraph(decision),
+            *held_out]
 
 
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:

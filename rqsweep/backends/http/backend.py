@@ -13,11 +13,11 @@ from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.direct import Outcome, Searcher
-from rqsweep.backends.http.mapping import PreparedQuery, SearchScope
-from rqsweep.backends.http.probe import ServerProfile, probe
+from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
+from rqsweep.backends.http.probe import ServerProfile, probe, recheck_results
 from rqsweep.backends.http.replay import Replay
-from rqsweep.backends.http.seed import SEED_FILE, IdMap, listing, seed_corpus
-from rqsweep.config import HttpConfig, JobConfig
+from rqsweep.backends.http.seed import SEED_FILE, SEED_JOURNAL, IdMap, Journal, listing, seed_corpus
+from rqsweep.config import HttpConfig, JobConfig, KnobSpec
 from rqsweep.corpus import Corpus
 from rqsweep.scope import Scope
 from rqsweep.errors import BackendError, InputError
@@ -33,17 +33,18 @@ class HttpBackend:
     """Evaluates settings on a SOAT server; `tie_sensitive` is null (storage order is the server's own)."""
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], replay: Replay | None,
-                 profile: ServerProfile, keys: dict[tuple[str, str], str], log: Log):
-        self.searcher, self.queries, self.replay, self.profile, self.log = searcher, queries, replay, profile, log
+                 server: ServerProfile, keys: dict[tuple[str, str], str], log: Log):
+        self.searcher, self.queries, self.replay, self.server, self.log = searcher, queries, replay, server, log
         self.keys = keys  # (source type, server id) -> corpus key, for ranked lists people read
         self.name = "http-replay" if replay else "http-direct"
+        self.profile = server.record(searcher.client.base_url, "replay" if replay else "direct")
         direct = len(replay.fallback) if replay else len(queries)
         self.checkpoint_every = max(1, SEARCHES_PER_CHECKPOINT // direct) if direct else 2000
         self.n_expected = np.array([len(q.expected) for q in queries], np.int64)
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         for s in settings:
-            check_knobs(self.profile, s, self.searcher.client.base_url)
+            check_knobs(self.server, s, self.searcher.client.base_url)
         by_id: dict[tuple[int, str], Outcome] = self.replay.outcomes(settings) if self.replay else {}
         direct_queries = self.replay.fallback if self.replay else self.queries
         for (s, q), outcome in self.searcher.direct(settings, direct_queries).items():
@@ -61,7 +62,7 @@ class HttpBackend:
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
         """Golden queries' ranked lists under one setting (all by default), as the server returns them (one search
         each)."""
-        check_knobs(self.profile, knobs, self.searcher.client.base_url)
+        check_knobs(self.server, knobs, self.searcher.client.base_url)
 
         def one(query: PreparedQuery) -> list[RankedHit] | str:
             try:
@@ -83,6 +84,28 @@ class HttpBackend:
         self.searcher.client.close()
 
 
+def _moves(knob: str, spec: KnobSpec) -> bool:
+    """Whether a sweep takes `knob` away from SOAT's default (a knob's "off" value is its default)."""
+    values = spec.values if spec.values is not None else (spec.low, spec.high)
+    return any(v != getattr(_DEFAULTS, knob) for v in values)
+
+
+def _check_sweep(server: ServerProfile, config: JobConfig, scope: SearchScope, url: str) -> None:
+    """Stop before any write or sweep search when the sweep needs what the server does not have."""
+    for knob, spec in config.sweep.knobs.items():
+        if knob in server.rejected and _moves(knob, spec):
+            raise _refused(server, knob, f"varies {knob}", url)
+    check_knobs(server, config.baseline, url)
+    if server.dialect.include_flags:
+        return
+    if not scope.include_documents:
+        raise BackendError(f"SOAT at {url} has no include_documents flag and always searches documents: "
+                           "search.include_documents: false cannot be honoured on this server")
+    if not scope.include_memories and not server.memory_filter_required:
+        raise BackendError(f"SOAT at {url} has no include_memories flag and searches memories unasked: "
+                           "search.include_memories: false cannot be honoured on this server")
+
+
 def _refused(profile: ServerProfile, knob: str, use: str, url: str) -> BackendError:
     return BackendError(f"SOAT at {url} does not accept `{knob}` (it answered: {profile.rejected[knob]}), but "
                         f"this sweep {use}: sweep only the knobs it accepts "
@@ -97,8 +120,8 @@ def check_knobs(profile: ServerProfile, knobs: Knobs, url: str) -> None:
             raise _refused(profile, knob, f"sets {knob} = {getattr(knobs, knob)!r}", url)
 
 
-def _id_map(http: HttpConfig, config: JobConfig, corpus: Corpus | None, client: SoatClient, run_dir: Path | None,
-            log: Log) -> IdMap:
+def _known_ids(http: HttpConfig, run_dir: Path | None, log: Log) -> IdMap | None:
+    """The key -> id map when no seeding is left to do: given, kept by this run's finished seed, or none needed."""
     if http.ids is not None:
         return IdMap.load(http.ids)
     if http.seed is None:
@@ -107,11 +130,22 @@ def _id_map(http: HttpConfig, config: JobConfig, corpus: Corpus | None, client: 
     if saved is not None and saved.exists():
         log(f"seed: reusing {saved} (this run seeded its project already)")
         return IdMap.load(saved)
-    if corpus is None:
-        raise InputError(config.path, "backend.seed", "seeding needs a corpus (`corpus:` or SOAT's golden.json)")
-    ids = seed_corpus(client, corpus, http.seed, http.project_id, config.name, log)
-    if saved is not None:
-        ids.save(saved)
+    return None
+
+
+def _seed(http: HttpConfig, config: JobConfig, corpus: Corpus, client: SoatClient, run_dir: Path | None,
+          dialect: Dialect, log: Log) -> IdMap:
+    assert http.seed is not None
+    journal = Journal(run_dir / SEED_JOURNAL if run_dir else None)
+    try:
+        ids = seed_corpus(client, corpus, http.seed, http.project_id, config.name, log, dialect, journal)
+    except BackendError as exc:
+        if run_dir is None or not journal.entries:
+            raise
+        raise BackendError(f"{exc}; the writes made are recorded in {journal.path}: continue with "
+                           f"--resume {run_dir}") from None
+    if run_dir is not None:
+        ids.save(run_dir / SEED_FILE)
     return ids
 
 
@@ -138,12 +172,12 @@ def _scope(scope: Scope, ids: IdMap, project_id: str | None) -> SearchScope:
     )
 
 
-def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None) -> tuple[str, ...]:
+def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None, dialect: Dialect) -> tuple[str, ...]:
     """All memory stores of the project: older servers search memories only when they are named."""
     if ids.memory_stores:
         return tuple(ids.memory_stores.values())
     try:
-        listed = listing(client.request("GET", "/api/v1/memory-stores", params={"project_id": project_id}).body)
+        listed = listing(client.request("GET", dialect.memory_containers, params={"project_id": project_id}).body)
     except RequestFailed as exc:
         raise BackendError(f"this SOAT searches memories only when memory stores are named, and listing them "
                            f"failed ({exc}): set search.memory_stores") from None
@@ -161,38 +195,46 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
     if http.mode != "direct" and http.replay_limit < config.limit:
         raise InputError(config.path, "backend.replay_limit",
                          f"{http.replay_limit!r}: must be >= search.limit ({config.limit})")
+    if http.seed is not None and http.ids is None and corpus is None:
+        raise InputError(config.path, "backend.seed", "seeding needs a corpus (`corpus:` or SOAT's golden.json)")
     target = resolve_target(http, config.path)
     client = SoatClient(target, max_in_flight=http.max_in_flight, requests_per_second=http.requests_per_second,
                         timeout=http.timeout, retries=http.retries, backoff=http.backoff,
                         max_consecutive_failures=http.max_consecutive_failures, verify_tls=http.verify_tls)
     try:
         client.connect()
-        ids = _id_map(http, config, corpus, client, run_dir, log)
+        ids = _known_ids(http, run_dir, log)
+        project_id = http.project_id or (ids.project_id if ids else None)
+        # Before seeding, the stores and documents the scope names have no ids yet: the probe leaves them out.
+        probe_scope = (_scope(config.scope, ids, project_id) if ids is not None else
+                       replace(_scope(config.scope, IdMap(), project_id), memory_store_ids=None, document_ids=None))
+        server = probe(client, golden.queries[0].query, probe_scope)
+        log(f"SOAT at {target.base_url}: {server.describe()}")
+        _check_sweep(server, config, probe_scope, target.base_url)
+        if ids is None:
+            assert corpus is not None
+            ids = _seed(http, config, corpus, client, run_dir, server.dialect, log)
         queries = _queries(golden, ids, http.ids)
         scope = _scope(config.scope, ids, http.project_id or ids.project_id)
-        profile = probe(client, queries[0].text, scope)
-        log(f"SOAT at {target.base_url}: {profile.describe()}")
-        for knob in profile.rejected:
-            if knob in config.sweep.knobs:
-                raise _refused(profile, knob, f"varies {knob}", target.base_url)
-        check_knobs(profile, config.baseline, target.base_url)
-        if not profile.dialect.include_flags and not (scope.include_documents and scope.include_memories):
-            raise BackendError(f"SOAT at {target.base_url} does not accept include_documents / include_memories: "
-                               "search.include_* = false cannot be honoured on this server")
-        if profile.memory_filter_required and scope.include_memories and scope.memory_store_ids is None:
-            scope = replace(scope, memory_store_ids=_memory_store_ids(client, ids, scope.project_id))
-        if http.mode == "replay" and profile.replay_missing:
+        if server.memory_filter_required:
+            if not scope.include_memories:  # leaving out the memory filter is a documents-only search there
+                scope = replace(scope, memory_store_ids=None)
+            elif scope.memory_store_ids is None:
+                scope = replace(scope, memory_store_ids=_memory_store_ids(client, ids, scope.project_id,
+                                                                          server.dialect))
+        server = recheck_results(client, server, queries[0].text, scope)
+        if http.mode == "replay" and server.replay_missing:
             raise BackendError(f"backend.mode is replay, but SOAT at {target.base_url} cannot be replayed: "
-                               f"{profile.replay_missing}; use mode direct (or auto)")
-        searcher = Searcher(client, config.limit, scope, profile.dialect)
+                               f"{server.replay_missing}; use mode direct (or auto)")
+        searcher = Searcher(client, config.limit, scope, server.dialect)
         replay = None
-        if http.mode == "replay" or (http.mode == "auto" and profile.replay_missing is None):
+        if http.mode == "replay" or (http.mode == "auto" and server.replay_missing is None):
             stores = [s for s, on in (("document", scope.include_documents), ("memory", scope.include_memories))
                       if on]
             replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log)
         keys = {**{("document", v): k for k, v in ids.documents.items()},
                 **{("memory", v): k for k, v in ids.memories.items()}}
-        return HttpBackend(searcher, queries, replay, profile, keys, log)
+        return HttpBackend(searcher, queries, replay, server, keys, log)
     except BaseException:
         client.close()
         raise

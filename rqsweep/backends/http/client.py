@@ -143,12 +143,14 @@ class SoatClient:
         self.session.login(post)
 
     def request(self, method: str, path: str, body: object = None, *, params: dict | None = None,
-                idempotent: bool = True, authenticated: bool = True, fail_fast: bool = False) -> Reply:
+                idempotent: bool = True, authenticated: bool = True, fail_fast: bool = False,
+                probing: bool = False) -> Reply:
         """One API call with SOAT's error handling; see the module docstring for what is retried.
 
         `idempotent=False` (writes) retries only failures where the request was surely not processed:
         connection refused or timed out before sending, and 429. `fail_fast` (first contact) turns a
-        connection failure into an immediate `BackendError`.
+        connection failure into an immediate `BackendError`. `probing`: a 4xx answer is what the caller
+        asked to learn (an unknown field, a missing route), not a failure the stats or the breaker count.
         """
         relogged = False
         attempt = 0
@@ -192,7 +194,8 @@ class SoatClient:
                         delay = max(delay, min(_MAX_DELAY, retry_after_seconds(response.headers.get("retry-after"))
                                                or 0.0))
             if not retryable or attempt >= self.retries:
-                self._failed(failure, path)
+                if not (probing and failure.status is not None and 400 <= failure.status < 500):
+                    self._failed(failure, path)
                 if attempt:
                     raise RequestFailed(f"{failure} (after {attempt + 1} attempts)", failure.status, failure.code,
                                         failure.meta)

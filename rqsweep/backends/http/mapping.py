@@ -28,6 +28,24 @@ class Dialect:
     memory_id: str = "memory_id"  # the result field naming the memory: "entry_id" before
     knobs: frozenset[str] = frozenset(KNOBS)
     include_flags: bool = True  # accepts include_documents / include_memories
+    # Memory writes. Before the hybrid ranking a "memory" was the container, holding "entries".
+    memory_containers: str = "/api/v1/memory-stores"  # create {project_id, name}; list ?project_id=
+    memory_entries: str = "/api/v1/memories"  # create {<entry_container>: id, content, tags}
+    entry_container: str = "memory_store_id"
+    entry_tags_as_list: bool = False  # entry tags as ["key:value"] instead of {key: value}
+
+    def renamed(self) -> dict[str, str]:
+        """Modern name -> this server's, for the names that differ."""
+        modern = Dialect()
+        return {getattr(modern, f): getattr(self, f) for f in ("min_similarity", "memory_store_ids", "memory_id",
+                                                               "memory_containers", "memory_entries",
+                                                               "entry_container")
+                if getattr(self, f) != getattr(modern, f)}
+
+
+# The memory API of releases before the hybrid ranking (v0.28.0 and older).
+OLD_MEMORY_API = {"memory_containers": "/api/v1/memories", "memory_entries": "/api/v1/memory-entries",
+                  "entry_container": "memory_id", "entry_tags_as_list": True}
 
 
 @dataclass(frozen=True)

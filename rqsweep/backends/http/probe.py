@@ -3,7 +3,10 @@
 Releases before the hybrid ranking reject unknown request fields with 400 `VALIDATION_FAILED`, listing
 them in `error.meta.unknownFields`; they call the floor `min_score`, the memory-store filter `memory_ids`
 and a result's memory `entry_id`, return no `signals`, and search memories only when a memory filter is
-given. The probe sends one full modern request, renames or drops what the server rejects, and tries again.
+given; v0.28.0, the newest public release, also ranks by cosine alone, has no `tags` filter, and keeps
+memory containers at `/api/v1/memories` and their entries at `/api/v1/memory-entries`. The probe sends one
+full modern request, renames or drops what the server rejects, and tries again. What it learns is recorded
+with the run (`ServerProfile.record`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
-from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, SearchScope, search_body
+from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect, SearchScope, search_body
 from rqsweep.errors import BackendError
 from rqsweep.knobs import Knobs
 
@@ -22,6 +25,8 @@ _INCLUDE_FLAGS = ("include_documents", "include_memories")
 _MAX_PROBES = 4
 # What replay reads from every result, beyond the ids.
 REPLAY_FIELDS = ("signals", "similarity_score", "updated_at")
+NOTHING_FOUND = "the probe query found nothing, so no result showed its fields"
+HEALTH_PATH = "/health"
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,19 @@ class ServerProfile:
     rejected: dict[str, str] = field(default_factory=dict)  # knob -> the server's answer
     replay_missing: str | None = None  # why replay is impossible on this server, or None
     memory_filter_required: bool = False
+    version: str | None = None  # as the server states it (GET /health), if it does
+
+    @property
+    def ranking(self) -> str:
+        """What the accepted knobs imply: RRF fusion takes `rrf_k`; a server without it ranks by cosine."""
+        return "hybrid" if "rrf_k" in self.dialect.knobs else "pure cosine"
+
+    def record(self, base_url: str, mode: str) -> dict:
+        """The profile kept with the run (run.json, Parquet metadata, report): see `backends.base`."""
+        return {"backend": "http", "base_url": base_url, "version": self.version, "ranking": self.ranking,
+                "knobs_accepted": sorted(self.dialect.knobs), "knobs_refused": dict(sorted(self.rejected.items())),
+                "field_names": self.dialect.renamed(), "include_flags": self.dialect.include_flags,
+                "signals": self.replay_missing is None, "mode": mode}
 
     def describe(self) -> str:
         names = [] if self.dialect == Dialect() else [
@@ -71,6 +89,9 @@ def _adapt(body: dict, dialect: Dialect, rejected: dict[str, str], unknown: list
             for flag in _INCLUDE_FLAGS:
                 body.pop(flag, None)
             dialect = replace(dialect, include_flags=False)
+        elif name == "tags":
+            raise BackendError(f"SOAT at {url} has no tags filter in knowledge search ({answer}): remove "
+                               "search.tags, or upgrade the server")
         else:
             raise BackendError(f"SOAT at {url} rejects the search field `{name}` ({answer}); rqsweep cannot "
                                "search without it")
@@ -83,7 +104,7 @@ def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
     body = search_body(query, Knobs(min_similarity=0.0), 5, scope, dialect)
     for _ in range(_MAX_PROBES):
         try:
-            reply = client.request("POST", SEARCH_PATH, body, fail_fast=True)
+            reply = client.request("POST", SEARCH_PATH, body, fail_fast=True, probing=True)
             break
         except RequestFailed as exc:
             unknown = _unknown_fields(exc)
@@ -103,13 +124,38 @@ def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
     memories = [r for r in results if isinstance(r, dict) and r.get("source_type") == "memory"]
     if older or any("entry_id" in r for r in memories):
         dialect = replace(dialect, memory_id="entry_id")
+    if dialect.memory_store_ids == _RENAMED["memory_store_ids"]:
+        dialect = replace(dialect, **OLD_MEMORY_API)  # the filter names containers: they are "memories"
     missing = _replay_missing(results)
-    return ServerProfile(dialect, rejected, missing, memory_filter_required=older)
+    return ServerProfile(dialect, rejected, missing, memory_filter_required=older, version=_version(client))
+
+
+def recheck_results(client: SoatClient, profile: ServerProfile, query: str, scope: SearchScope) -> ServerProfile:
+    """When the probe found nothing (as before seeding), one search in the run's scope shows the results' fields."""
+    if profile.replay_missing != NOTHING_FOUND:
+        return profile
+    body = search_body(query, Knobs(), 5, scope, profile.dialect)
+    try:
+        reply = client.request("POST", SEARCH_PATH, body)
+    except RequestFailed as exc:
+        raise BackendError(f"search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+    results = reply.body.get("results") if isinstance(reply.body, dict) else None
+    return replace(profile, replay_missing=_replay_missing(results if isinstance(results, list) else []))
+
+
+def _version(client: SoatClient) -> str | None:
+    """The version the server states on its health check, if it states one."""
+    try:
+        answer = client.request("GET", HEALTH_PATH, authenticated=False, probing=True).body
+    except RequestFailed:
+        return None
+    version = answer.get("version") if isinstance(answer, dict) else None
+    return version if isinstance(version, str) and version else None
 
 
 def _replay_missing(results: list) -> str | None:
     if not results:
-        return "the probe query found nothing, so no result showed its fields"
+        return NOTHING_FOUND
     for i, row in enumerate(results):
         if not isinstance(row, dict):
             return f"results[{i}] is not an object"

@@ -2,17 +2,22 @@
 
 Writes go one at a time, in corpus order (documents, then memories), so that the server's tables hold
 rows in the order SOAT's own eval loads them: PostgreSQL's order among ties depends on it. Writes are
-not retried after a failure that may have reached the server (that could create a row twice). Memory
-ages cannot be seeded: SOAT stamps `updated_at` with the write time.
+not retried after a failure that may have reached the server (that could create a row twice); each is
+recorded in the run folder's journal as it is made, so a stopped seed continues where it stopped. Memory
+writes use the server's dialect (older releases: containers at `/memories`, entries at `/memory-entries`).
+Memory ages cannot be seeded: SOAT stamps `updated_at` with the write time.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.mapping import Dialect
 from rqsweep.config import SeedConfig
 from rqsweep.corpus import Corpus
 from rqsweep.errors import BackendError, InputError
@@ -20,6 +25,7 @@ from rqsweep.files import read_data
 from rqsweep.files import write_json
 
 SEED_FILE = "seed.json"
+SEED_JOURNAL = "seed.journal"
 
 
 @dataclass
@@ -76,9 +82,9 @@ def _post(client: SoatClient, path: str, body: dict, what: str) -> dict:
     return reply.body
 
 
-def _existing_content(client: SoatClient, project_id: str) -> tuple[int, int]:
+def _existing_content(client: SoatClient, project_id: str, dialect: Dialect) -> tuple[int, int]:
     counts = []
-    for path in ("/api/v1/documents", "/api/v1/memory-stores"):
+    for path in ("/api/v1/documents", dialect.memory_containers):
         try:
             counts.append(len(listing(client.request("GET", path, params={"project_id": project_id,
                                                                           "limit": 1}).body)))
@@ -88,39 +94,127 @@ def _existing_content(client: SoatClient, project_id: str) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
+class Journal:
+    """Every write seeding made, one JSON line each, fsynced before the next write: what a killed seed resumes from.
+
+    Lines: `{"write": "start", "project_name"}` (before a project is created), then `project`, `document`,
+    `memory_store` and `memory` with the key (or name) and the server's id. A torn last line is ignored.
+    """
+
+    def __init__(self, path: Path | None):
+        self.path = path  # None: kept in memory only (no run folder)
+        self.entries: list[dict] = []
+        if path is not None and path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    self.entries.append(json.loads(line))
+                except ValueError:
+                    break  # killed mid-line: that write was not recorded
+
+    def record(self, entry: dict) -> None:
+        if self.path is not None:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        self.entries.append(entry)
+
+    def id_map(self) -> IdMap:
+        """The key -> id map of the writes recorded so far."""
+        ids = IdMap()
+        tables = {"document": ids.documents, "memory_store": ids.memory_stores, "memory": ids.memories}
+        for e in self.entries:
+            if e["write"] == "project":
+                ids.project_id = e["id"]
+            elif e["write"] in tables:
+                tables[e["write"]][e["key"]] = e["id"]
+                if e.get("action", "created") != "created":
+                    ids.actions.append({"key": e["key"], "action": e["action"], "id": e["id"]})
+        return ids
+
+
+def _adopt(client: SoatClient, path: str, project_id: str, match: dict, known: set[str]) -> str | None:
+    """The id of an unrecorded row whose fields equal `match`: the write a killed seed made but did not record."""
+    try:
+        rows = listing(client.request("GET", path, params={"project_id": project_id, "limit": 100}).body)
+    except RequestFailed:
+        return None
+    found = [r["id"] for r in rows if isinstance(r, dict) and r.get("id") not in known
+             and all((r.get(k) or "") == v for k, v in match.items())]
+    return found[0] if len(found) == 1 else None
+
+
+def _entry_tags(tags: dict[str, str], dialect: Dialect) -> object:
+    return [f"{k}:{v}" for k, v in tags.items()] if dialect.entry_tags_as_list else dict(tags)
+
+
 def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_id: str | None,
-                default_name: str, log: Callable[[str], None]) -> IdMap:
-    """Create (or fill) the project from `corpus`; report every write SOAT did not answer `created`."""
-    if project_id is None:
-        name = config.project_name or default_name
-        project_id = _post(client, "/api/v1/projects", {"name": name}, f"project {name!r}")["id"]
-        log(f"seed: created project {project_id} ({name})")
-    elif not config.allow_existing_content:
-        documents, stores = _existing_content(client, project_id)
-        if documents or stores:
-            raise BackendError(f"project {project_id} already has content (documents or memory stores): refusing "
-                               "to seed into it; set backend.seed.allow_existing_content: true to seed anyway")
-    ids = IdMap(project_id)
+                default_name: str, log: Callable[[str], None], dialect: Dialect, journal: Journal) -> IdMap:
+    """Create (or fill) the project from `corpus` in the server's dialect, recording each write in `journal`
+    as it is made; with writes already recorded, continue after them. Reports every write SOAT did not answer
+    `created`."""
+    ids = journal.id_map()
+    resumed = bool(journal.entries)
+    # Only the first write after a kill is in doubt: it may have reached the server unrecorded.
+    in_doubt = resumed
+    if resumed:
+        log(f"seed: continuing from {journal.path} ({len(journal.entries)} writes recorded)")
+    if ids.project_id is None:
+        if project_id is None:
+            name = config.project_name or default_name
+            if any(e["write"] == "start" for e in journal.entries):
+                log(f"seed: warning: the previous seed was stopped while creating project {name!r}; if an empty "
+                    "project of that name exists besides the one created now, it is left over: delete it")
+            journal.record({"write": "start", "project_name": name})
+            project_id = _post(client, "/api/v1/projects", {"name": name}, f"project {name!r}")["id"]
+            log(f"seed: created project {project_id} ({name})")
+        elif not config.allow_existing_content:
+            documents, stores = _existing_content(client, project_id, dialect)
+            if documents or stores:
+                raise BackendError(f"project {project_id} already has content (documents or memory stores): "
+                                   "refusing to seed into it; set backend.seed.allow_existing_content: true to seed "
+                                   "anyway")
+        journal.record({"write": "project", "id": project_id})
+        ids.project_id = project_id
+        in_doubt = False
+    project_id = ids.project_id
     chunking = config.chunking
     for d in corpus.documents:
-        body = {"project_id": project_id, "content": d.content, "path": d.path or None, "title": d.title or None,
-                "tags": dict(d.tags) or None, "chunk_strategy": chunking.strategy}
-        if chunking.strategy == "size":
-            body |= {"chunk_size": chunking.chunk_size, "chunk_overlap": chunking.chunk_overlap}
-        answer = _post(client, "/api/v1/documents", {k: v for k, v in body.items() if v is not None},
-                       f"document {d.key!r}")
-        ids.documents[d.key] = answer["id"]
+        if d.key in ids.documents:
+            continue
+        adopted = in_doubt and _adopt(client, "/api/v1/documents", project_id, {"path": d.path, "title": d.title},
+                                      set(ids.documents.values()))
+        if not adopted:
+            body = {"project_id": project_id, "content": d.content, "path": d.path or None,
+                    "title": d.title or None, "tags": dict(d.tags) or None, "chunk_strategy": chunking.strategy}
+            if chunking.strategy == "size":
+                body |= {"chunk_size": chunking.chunk_size, "chunk_overlap": chunking.chunk_overlap}
+            adopted = _post(client, "/api/v1/documents", {k: v for k, v in body.items() if v is not None},
+                            f"document {d.key!r}")["id"]
+        journal.record({"write": "document", "key": d.key, "id": adopted})
+        ids.documents[d.key], in_doubt = adopted, False
     for store in dict.fromkeys(m.store for m in corpus.memories):
-        answer = _post(client, "/api/v1/memory-stores", {"project_id": project_id, "name": store},
-                       f"memory store {store!r}")
-        ids.memory_stores[store] = answer["id"]
+        if store in ids.memory_stores:
+            continue
+        adopted = in_doubt and _adopt(client, dialect.memory_containers, project_id, {"name": store},
+                                      set(ids.memory_stores.values()))
+        if not adopted:
+            adopted = _post(client, dialect.memory_containers, {"project_id": project_id, "name": store},
+                            f"memory store {store!r}")["id"]
+        journal.record({"write": "memory_store", "key": store, "id": adopted})
+        ids.memory_stores[store], in_doubt = adopted, False
     for m in corpus.memories:
-        body = {"memory_store_id": ids.memory_stores[m.store], "content": m.content}
+        if m.key in ids.memories:
+            continue
+        body = {dialect.entry_container: ids.memory_stores[m.store], "content": m.content}
         if m.tags:
-            body["tags"] = dict(m.tags)
-        answer = _post(client, "/api/v1/memories", body, f"memory {m.key!r}")
-        ids.memories[m.key] = answer["id"]
+            body["tags"] = _entry_tags(m.tags, dialect)
+        answer = _post(client, dialect.memory_entries, body, f"memory {m.key!r}")
         action = answer.get("action", "created")
+        if in_doubt and action == "skipped" and answer["id"] not in ids.memories.values():
+            action = "created"  # the duplicate of itself: the killed seed wrote it without recording it
+        journal.record({"write": "memory", "key": m.key, "id": answer["id"], "action": action})
+        ids.memories[m.key], in_doubt = answer["id"], False
         if action != "created":
             ids.actions.append({"key": m.key, "action": action, "id": answer["id"]})
             log(f"seed: memory {m.key!r} was {action}, not created (id {answer['id']}): the server judged it a "
