@@ -172,6 +172,18 @@ def test_grid_values_and_setting_ids():
         Knobs.from_id("k60_m0.1")
 
 
+def test_include_off_with_values_adds_the_off_value_to_the_list(tmp_path):
+    sweep = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.2, 0.4], "include_off": True},
+                                           "recency_half_life_days": {"values": [0, 7], "include_off": True}}}
+    config = load_config(write_job(tmp_path, sweep=sweep))
+    assert config.sweep.knobs["min_similarity"].values == (None, 0.2, 0.4)
+    assert config.sweep.knobs["recency_half_life_days"].values == (0.0, 7.0)  # off already listed: once
+    assert len(grid(config.sweep, config.baseline)) == 6
+    err = error_of(write_job(tmp_path, sweep={"strategy": "grid", "knobs": {
+        "rrf_k": {"values": [5, 60], "include_off": True}}}))
+    assert err.where == "sweep.knobs.rrf_k.include_off" and "rrf_k cannot be switched off" in err.problem
+
+
 def test_the_handbook_config_and_data_are_valid():
     root = Path(__file__).resolve().parents[1]
     inputs = job.load_inputs(root / "configs" / "handbook.yaml")

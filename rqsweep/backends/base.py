@@ -94,7 +94,7 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
 
 # A server profile, as run.json, the Parquet metadata (`rqsweep.server_profile`) and the report keep it:
 # backend, version (when the server states it), ranking (hybrid | pure cosine), knobs_accepted,
-# knobs_refused {knob: the server's answer}, field_names {modern: the server's}, include_flags, signals,
+# knobs_refused {knob: the server's answer}, field_names {modern field or route: the server's}, include_flags, signals,
 # mode (embedded | replay | direct), and for HTTP the base_url.
 EMBEDDED_PROFILE = {"backend": "embedded", "version": None, "ranking": "hybrid", "knobs_accepted": list(KNOBS),
                     "knobs_refused": {}, "field_names": {}, "include_flags": True, "signals": True,
@@ -119,7 +119,7 @@ def describe_profile(profile: dict) -> str:
         return "Embedded engine (SOAT-exact): " + "; ".join(parts)
     names = profile.get("field_names") or {}
     if names:
-        parts.append("older field names (" + ", ".join(f"{a} as {b}" for a, b in names.items()) + ")")
+        parts.append("older names (" + ", ".join(f"{a} as {b}" for a, b in names.items()) + ")")
     if not profile.get("include_flags", True):
         parts.append("no include_documents / include_memories")
     parts.append("results with signals" if profile.get("signals") else "results without signals")
