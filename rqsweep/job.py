@@ -243,6 +243,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
         if resume is None and not any(p.name != "run.json" for p in run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
         raise
     info["server_profile"] = backend.profile
     prepared = time.monotonic()

@@ -182,8 +182,8 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
     for d in corpus.documents:
         if d.key in ids.documents:
             continue
-        adopted = in_doubt and _adopt(client, "/api/v1/documents", project_id, {"path": d.path, "title": d.title},
-                                      set(ids.documents.values()))
+        adopted = _adopt(client, "/api/v1/documents", project_id, {"path": d.path, "title": d.title},
+                         set(ids.documents.values())) if in_doubt else None
         if not adopted:
             body = {"project_id": project_id, "content": d.content, "path": d.path or None,
                     "title": d.title or None, "tags": dict(d.tags) or None, "chunk_strategy": chunking.strategy}
@@ -196,8 +196,8 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
     for store in dict.fromkeys(m.store for m in corpus.memories):
         if store in ids.memory_stores:
             continue
-        adopted = in_doubt and _adopt(client, dialect.memory_containers, project_id, {"name": store},
-                                      set(ids.memory_stores.values()))
+        adopted = _adopt(client, dialect.memory_containers, project_id, {"name": store},
+                         set(ids.memory_stores.values())) if in_doubt else None
         if not adopted:
             adopted = _post(client, dialect.memory_containers, {"project_id": project_id, "name": store},
                             f"memory store {store!r}")["id"]
