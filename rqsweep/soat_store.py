@@ -248,7 +248,7 @@ def _cosine_search(index: Index, query: str, floor: float | None, limit: int, sc
         results.append(SearchResult(
             c.source_type, store.keys[c.row], store.ids[c.row] if c.source_type == "document" else None,
             store.contents[c.row], c.score, c.score, {},
-            datetime.fromtimestamp(store.updated_at_ms[c.row] / 1000, timezone.utc)))
+            datetime.fromtimestamp(store.updated_at_ms[c.row] / 1000, timezone.utc), 1.0))
     return results
 
 
