@@ -11,11 +11,14 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
-from rqsweep.backends.http.completeness import NEUTRAL, Answer, Unprovable, rebuild
+from rqsweep.backends.http.completeness import NEUTRAL, Answer, Unprovable, fused_score, rebuild
 from rqsweep.backends.http.mapping import Hit
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
+from rqsweep.engine.channels import Candidate
 from rqsweep.engine.embed import FeatureHashEmbedder
+from rqsweep.engine.fusion import reciprocal_rank_fusion
 from rqsweep.engine.index import Index
 from rqsweep.scope import Scope
 
@@ -132,3 +135,18 @@ def test_a_single_store_answer_proves_that_store_only():
     with pytest.raises(Unprovable) as refused:
         rebuild([Answer(tied, 4, STORES), memories], 1, 0)
     assert refused.value.stores == ("document",)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.sampled_from([(True, False), (False, True), (True, True)]), min_size=1, max_size=30),
+       rrf_k=st.sampled_from([1, 2, 5, 20, 60, 61, 1000, 2**31 - 1]), data=st.data())
+def test_replay_completeness_scores_results_as_fusion_does(rows, rrf_k, data):
+    """The completeness rule's RRF formula gives, from a result's signals, the bit-identical fused score."""
+    vector = [Candidate("document", i, 0.5) for i, (in_v, _) in enumerate(rows) if in_v]
+    lexical = [Candidate("document", i, 0.1) for i, (_, in_l) in enumerate(rows) if in_l]
+    vector, lexical = data.draw(st.permutations(vector)), data.draw(st.permutations(lexical))
+    fused = reciprocal_rank_fusion(vector, lexical, rrf_k)
+    assert len(fused) == len(rows)
+    for f in fused:
+        hit = _hit(f.row, f.vector_position, f.lexical_position)
+        assert fused_score(hit, rrf_k) == f.score, (f, rrf_k)

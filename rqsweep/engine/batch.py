@@ -1,5 +1,9 @@
 """The fast path: where each expected item lands, for many knob settings of one query at once.
 
+It takes fusion.py's steps, by the same names, each knob in one of them: `similarity_floor`
+(min_similarity), `reciprocal_rank_fusion` (rrf_k), `recency_blend` (recency_half_life_days) and
+`cut_to_limit` (limit); `expected_positions` chains them as `fusion.fuse` does.
+
 A query's candidates (its merged vector list V and lexical list L) do not depend on the knobs, and
 `min_similarity` only truncates V (V is sorted by similarity, so the inclusive floor keeps a prefix).
 Per query we tabulate, for each distinct `rrf_k` and each possible V prefix length, the fused score
@@ -92,11 +96,30 @@ def plan_query(candidates: Candidates, expected: Sequence[set[tuple[str, int]]],
     return QueryPlan(v_pos, l_pos, sims, age, groups)
 
 
-def _fused_tables(plan: QueryPlan, rrf_ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fused score and fused-order position of every item, per (distinct rrf_k, kept V prefix length).
+def similarity_floor(plan: QueryPlan, settings: SettingsBatch) -> np.ndarray:
+    """`min_similarity`: how many of V's candidates each setting keeps (the inclusive floor keeps a prefix)."""
+    return np.searchsorted(-plan.v_similarity, -settings.floor, side="right")
 
-    Items absent for a prefix get score -1 so that they sort after every present item.
+
+@dataclass(frozen=True)
+class FusedTables:
+    """Per (distinct rrf_k, kept V prefix length) and item: the fused score and the 0-based fused-order position.
+
+    Rows are flattened as `k_index * len(prefixes) + prefix index`. An item absent for a prefix (dropped by the
+    floor and not a lexical candidate) has score -1, so it sorts after every present item.
     """
+
+    score: np.ndarray
+    position: np.ndarray
+    prefixes: np.ndarray  # the tabulated V prefix lengths, increasing
+
+    def rows(self, k_index: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """Each setting's row, from its index into the distinct rrf_k values and its kept prefix length."""
+        return k_index * len(self.prefixes) + np.searchsorted(self.prefixes, kept)
+
+
+def reciprocal_rank_fusion(plan: QueryPlan, rrf_ks: np.ndarray) -> FusedTables:
+    """`rrf_k`: SOAT's fused order for each distinct rrf_k and each V prefix length the floor could leave."""
     n_v = len(plan.v_similarity)
     prefixes = np.arange(n_v + 1)[:, None]
     in_v = plan.v_pos > 0
@@ -112,44 +135,55 @@ def _fused_tables(plan: QueryPlan, rrf_ks: np.ndarray) -> tuple[np.ndarray, np.n
     order = np.lexsort((np.broadcast_to(insertion[None], fused.shape), -fused), axis=-1)
     position = np.empty_like(order)
     np.put_along_axis(position, order, np.arange(order.shape[-1])[None, None, :], axis=-1)
-    return fused, position
+    m = len(plan.v_pos)
+    return FusedTables(fused.reshape(-1, m), position.reshape(-1, m), np.arange(n_v + 1))
 
 
-def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> np.ndarray:
-    """(settings, expected keys) int64: 1-based position of each key's first slot in the cut list, 0 if absent."""
-    out = np.zeros((len(settings), len(plan.groups)), dtype=np.int64)
-    if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
-        return out
-    fused, position = _fused_tables(plan, settings.distinct_rrf_k)
-    n_prefix = fused.shape[1]
-    fused = fused.reshape(-1, fused.shape[-1])
-    position = position.reshape(fused.shape)
-    kept = np.searchsorted(-plan.v_similarity, -settings.floor, side="right")  # the floor keeps a prefix of V
-    row = settings.k_index * n_prefix + kept
-    targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
-    present = fused[:, targets] >= 0
-    # Without the blend, the final order is the fused order: a table lookup per setting.
-    rank = np.where(present, position[:, targets] + 1, 0)[row]
+def recency_blend(plan: QueryPlan, settings: SettingsBatch, fused: FusedTables, row: np.ndarray,
+                  targets: np.ndarray) -> np.ndarray:
+    """`recency_half_life_days`: (settings, targets) 1-based position of each target after the blend, 0 if absent.
 
+    The blend re-sorts stably: an item's position is one plus the number of items before it in the order
+    (blended score descending, fused position ascending). Without it the final order is the fused order.
+    """
+    present = fused.score[:, targets] >= 0
+    rank = np.where(present, fused.position[:, targets] + 1, 0)[row]  # the fused order: a table lookup
     decays = plan.age_days > 0
     hs = settings.distinct_half_life
-    if decays.any() and (hs > 0).any():
-        ages = plan.age_days.tolist()
-        factor = np.array([[recency_factor(a, h) for a in ages] for h in hs.tolist()])
-        blended = np.flatnonzero(hs[settings.h_index] > 0)
-        for start in range(0, len(blended), _BLOCK):
-            block = blended[start : start + _BLOCK]
-            rows = row[block]
-            f, pos = fused[rows], position[rows]
-            d = f * factor[settings.h_index[block]]
-            for t, item in enumerate(targets):
-                de, pe = d[:, item : item + 1], pos[:, item : item + 1]
-                ahead = ((d > de) | ((d == de) & (pos < pe))).sum(axis=1)
-                rank[block, t] = np.where(present[rows, t], ahead + 1, 0)
+    if not decays.any() or not (hs > 0).any():
+        return rank
+    ages = plan.age_days.tolist()
+    factor = np.array([[recency_factor(a, h) for a in ages] for h in hs.tolist()])
+    blended = np.flatnonzero(hs[settings.h_index] > 0)
+    for start in range(0, len(blended), _BLOCK):
+        block = blended[start : start + _BLOCK]
+        rows = row[block]
+        f, pos = fused.score[rows], fused.position[rows]
+        d = f * factor[settings.h_index[block]]
+        for t, item in enumerate(targets):
+            de, pe = d[:, item : item + 1], pos[:, item : item + 1]
+            ahead = ((d > de) | ((d == de) & (pos < pe))).sum(axis=1)
+            rank[block, t] = np.where(present[rows, t], ahead + 1, 0)
+    return rank
 
+
+def cut_to_limit(plan: QueryPlan, rank: np.ndarray, targets: np.ndarray, limit: int) -> np.ndarray:
+    """`limit`: targets placed past it are absent; each expected key takes the first slot any of its items holds."""
     rank[rank > limit] = 0
+    out = np.zeros((len(rank), len(plan.groups)), dtype=np.int64)
     for g, group in enumerate(plan.groups):
         if len(group):
             cols = rank[:, np.searchsorted(targets, group)]
             out[:, g] = np.where(cols > 0, cols, _ABSENT).min(axis=1) % _ABSENT
     return out
+
+
+def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> np.ndarray:
+    """(settings, expected keys) int64: 1-based position of each key's first slot in the cut list, 0 if absent."""
+    if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
+        return np.zeros((len(settings), len(plan.groups)), dtype=np.int64)
+    kept = similarity_floor(plan, settings)
+    fused = reciprocal_rank_fusion(plan, settings.distinct_rrf_k)
+    targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
+    rank = recency_blend(plan, settings, fused, fused.rows(settings.k_index, kept), targets)
+    return cut_to_limit(plan, rank, targets, limit)

@@ -57,8 +57,13 @@ def recency_blend(fused: Sequence[Fused], memory_age_days: Sequence[float], half
     return sorted(out, key=lambda f: -f.score)
 
 
+def cut_to_limit(ranked: Sequence[Fused], limit: int) -> list[Fused]:
+    """The first `limit` results: the pool size is also the number SOAT returns."""
+    return list(ranked[:limit])
+
+
 def fuse(candidates: Candidates, knobs: Knobs, limit: int, memory_age_days: Sequence[float]) -> list[Fused]:
     """Floor, fuse, blend and cut: the ranked list SOAT returns for one setting."""
     vector = similarity_floor(candidates.vector, knobs.min_similarity)
     fused = reciprocal_rank_fusion(vector, candidates.lexical, knobs.rrf_k)
-    return recency_blend(fused, memory_age_days, knobs.recency_half_life_days)[:limit]
+    return cut_to_limit(recency_blend(fused, memory_age_days, knobs.recency_half_life_days), limit)
