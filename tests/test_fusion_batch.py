@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings as hsettings, strategies as st
 
-from rqsweep.engine.batch import SettingsBatch, expected_positions, plan_query
+from rqsweep.engine.batch import (SettingsBatch, expected_positions, plan_query, reciprocal_rank_fusion,
+                                  similarity_floor)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.fusion import fuse
 from rqsweep.knobs import Knobs
@@ -27,6 +28,7 @@ def positions_from_reference(cands, knobs, limit, ages, groups):
 # Few distinct values so that exact ties are everywhere, as they are in SOAT's channels.
 SIMS = [0.9, 0.8, 0.8125, 0.5, 0.5, 0.25]
 RANKS = [0.1, 0.2, 0.1, 0.3, 0.05]
+FLOORS = [None, 0.0, 0.25, 0.5, 0.8, 0.8125, 0.85, 1.0]
 
 
 @st.composite
@@ -49,10 +51,14 @@ def scenario(draw):
     doc_keys = [set(("document", r) for r in doc_rows if r % 3 == k) for k in range(3)]
     groups = [g for g in doc_keys if g] + [{("memory", r)} for r in mem_rows]
     chosen = draw(st.lists(st.sampled_from(groups), min_size=1, max_size=3)) if groups else [set()]
+    # The fast path tabulates only the V prefixes the batch's floors keep: batches without a floor, with one
+    # floor for all, and with a mix.
+    floors = draw(st.sampled_from(["none", "single", "mixed"]))
+    floor = {"none": st.none(), "single": st.just(draw(st.sampled_from(FLOORS))), "mixed": st.sampled_from(FLOORS)}
     knobs = draw(st.lists(st.builds(
         Knobs,
         rrf_k=st.sampled_from([1, 2, 5, 20, 60, 61, 1000]),
-        min_similarity=st.sampled_from([None, 0.0, 0.25, 0.5, 0.8, 0.8125, 0.85, 1.0]),
+        min_similarity=floor[floors],
         recency_half_life_days=st.sampled_from([0.0, 0.1, 1.0, 7.0, 30.0, 365.0]),
     ), min_size=1, max_size=20))
     return cands, limit, ages, chosen, knobs
@@ -66,6 +72,16 @@ def test_fast_path_equals_reference(case):
     fast = expected_positions(plan, SettingsBatch.from_knobs(knobs), limit)
     for s, k in enumerate(knobs):
         assert fast[s].tolist() == positions_from_reference(cands, k, limit, ages, groups), k
+    # A table restricted to some prefixes holds, bit for bit, the rows of the table over every prefix.
+    if len(plan.v_pos) == 0:
+        return
+    batch = SettingsBatch.from_knobs(knobs)
+    kept = np.unique(similarity_floor(plan, batch))
+    every = reciprocal_rank_fusion(plan, batch.distinct_rrf_k, np.arange(len(plan.v_similarity) + 1))
+    some = reciprocal_rank_fusion(plan, batch.distinct_rrf_k, kept)
+    k_index = np.repeat(np.arange(len(batch.distinct_rrf_k)), len(kept))
+    rows = every.rows(k_index, np.tile(kept, len(batch.distinct_rrf_k)))
+    assert np.array_equal(some.score, every.score[rows]) and np.array_equal(some.position, every.position[rows])
 
 
 def test_floor_is_inclusive_and_never_refills():

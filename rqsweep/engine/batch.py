@@ -6,7 +6,7 @@ It takes fusion.py's steps, by the same names, each knob in one of them: `simila
 
 A query's candidates (its merged vector list V and lexical list L) do not depend on the knobs, and
 `min_similarity` only truncates V (V is sorted by similarity, so the inclusive floor keeps a prefix).
-Per query we tabulate, for each distinct `rrf_k` and each possible V prefix length, the fused score
+Per query we tabulate, for each distinct `rrf_k` and each V prefix length a setting keeps, the fused score
 and the position every item takes in SOAT's fused order (score descending, ties in first-insertion
 order). The recency blend then re-sorts stably, so the final order is (decayed score descending,
 fused position ascending), and an item's final position is one plus the number of items before it.
@@ -118,12 +118,13 @@ class FusedTables:
         return k_index * len(self.prefixes) + np.searchsorted(self.prefixes, kept)
 
 
-def reciprocal_rank_fusion(plan: QueryPlan, rrf_ks: np.ndarray) -> FusedTables:
-    """`rrf_k`: SOAT's fused order for each distinct rrf_k and each V prefix length the floor could leave."""
-    n_v = len(plan.v_similarity)
-    prefixes = np.arange(n_v + 1)[:, None]
+def reciprocal_rank_fusion(plan: QueryPlan, rrf_ks: np.ndarray, prefixes: np.ndarray) -> FusedTables:
+    """`rrf_k`: SOAT's fused order for each distinct rrf_k and each kept V prefix length in `prefixes`.
+
+    Only the prefixes some setting's floor keeps are built: without a floor, just the whole of V.
+    """
     in_v = plan.v_pos > 0
-    kept = in_v[None, :] & (plan.v_pos[None, :] <= prefixes)  # (prefix, item)
+    kept = in_v[None, :] & (plan.v_pos[None, :] <= prefixes[:, None])  # (prefix, item)
     in_l = plan.l_pos > 0
     k = rrf_ks.astype(np.float64)[:, None, None]
     with np.errstate(divide="ignore"):
@@ -136,7 +137,7 @@ def reciprocal_rank_fusion(plan: QueryPlan, rrf_ks: np.ndarray) -> FusedTables:
     position = np.empty_like(order)
     np.put_along_axis(position, order, np.arange(order.shape[-1])[None, None, :], axis=-1)
     m = len(plan.v_pos)
-    return FusedTables(fused.reshape(-1, m), position.reshape(-1, m), np.arange(n_v + 1))
+    return FusedTables(fused.reshape(-1, m), position.reshape(-1, m), prefixes)
 
 
 def recency_blend(plan: QueryPlan, settings: SettingsBatch, fused: FusedTables, row: np.ndarray,
@@ -183,7 +184,7 @@ def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> 
     if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
         return np.zeros((len(settings), len(plan.groups)), dtype=np.int64)
     kept = similarity_floor(plan, settings)
-    fused = reciprocal_rank_fusion(plan, settings.distinct_rrf_k)
+    fused = reciprocal_rank_fusion(plan, settings.distinct_rrf_k, np.unique(kept))
     targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
     rank = recency_blend(plan, settings, fused, fused.rows(settings.k_index, kept), targets)
     return cut_to_limit(plan, rank, targets, limit)
