@@ -9,6 +9,7 @@ from rqsweep.engine.batch import (SettingsBatch, expected_positions, plan_query,
                                   similarity_floor)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.fusion import fuse
+from rqsweep.engine.recency import recency_factor
 from rqsweep.knobs import Knobs
 
 
@@ -130,3 +131,50 @@ def test_lexical_only_items_follow_vector_items_on_ties():
 def test_cut_to_limit():
     vector = tuple(C("document", i, 1 - i / 100) for i in range(20))
     assert len(fuse(Candidates(vector, ()), Knobs(), 7, np.zeros(0))) == 7
+
+
+def _both_paths(cands, knobs, limit, ages, items):
+    """The ranked positions of `items` by the reference path, after checking the fast path agrees."""
+    groups = [{item} for item in items]
+    want = positions_from_reference(cands, knobs, limit, ages, groups)
+    plan = plan_query(cands, groups, ages)
+    assert expected_positions(plan, SettingsBatch.from_knobs([knobs]), limit)[0].tolist() == want
+    return want
+
+
+def test_a_search_after_the_writes_ranks_a_document_before_an_equally_scored_memory():
+    # Issue 10's case: at rrf_k 5 a memory at vector position 1 aged one half-life scores 1/6 x 0.5 = 1/12,
+    # exactly a vector-position-7 document's score. A live search comes a little later than the write, so the
+    # memory is a little older and ranks second.
+    vector = (C("memory", 0, 0.99),) + tuple(C("document", r, 0.9 - r / 100) for r in range(6))
+    knobs = Knobs(rrf_k=5, recency_half_life_days=30.0)
+    assert (1 / 6) * recency_factor(30.0, 30.0) == 1 / 12
+    memory, document = ("memory", 0), ("document", 5)
+    assert _both_paths(Candidates(vector, ()), knobs, 10, np.array([30.0]), [memory, document]) == [7, 6]
+    # Not decayed at all (a future timestamp): the fused order stands, the memory first on the tie.
+    assert _both_paths(Candidates(vector, ()), knobs, 10, np.array([-1.0]), [memory, document]) == [6, 7]
+
+
+def test_a_memory_of_age_zero_follows_a_document_it_ties_only_when_the_blend_is_on():
+    # The memory is inserted first (V1 + L2 against the document's V2 + L1): fused order puts it first.
+    vector = (C("memory", 0, 0.9), C("document", 0, 0.8))
+    lexical = (C("document", 0, 0.2), C("memory", 0, 0.1))
+    cands = Candidates(vector, lexical)
+    items = [("memory", 0), ("document", 0)]
+    assert _both_paths(cands, Knobs(rrf_k=60), 10, np.zeros(1), items) == [1, 2]
+    assert _both_paths(cands, Knobs(rrf_k=60, recency_half_life_days=7.0), 10, np.zeros(1), items) == [2, 1]
+    # The cut keeps the document, not the memory it now precedes.
+    assert _both_paths(cands, Knobs(rrf_k=60, recency_half_life_days=7.0), 1, np.zeros(1), items) == [0, 1]
+
+
+def test_decayed_memories_that_tie_keep_their_fused_order():
+    # At rrf_k 5, memory 0 (vector 1, one half-life old), memory 1 (vector 7, age 0) and document 20 (lexical 7)
+    # all score 1/12. The document goes first; the memories keep their fused order (one delay shrinks both).
+    vector = (C("memory", 0, 0.99),) + tuple(C("document", r, 0.9 - r / 100) for r in range(1, 6)) + (
+        C("memory", 1, 0.5),)
+    lexical = tuple(C("document", r, 0.9 - r / 100) for r in range(10, 16)) + (C("document", 20, 0.1),)
+    cands, ages = Candidates(vector, lexical), np.array([2.0, 0.0])
+    items = [("document", 20), ("memory", 0), ("memory", 1)]
+    # Above the tie: documents 10..15 and 1..5 (1/6 .. 1/11), twelve of them before the three.
+    assert _both_paths(cands, Knobs(rrf_k=5, recency_half_life_days=2.0), 20, ages, items) == [12, 13, 14]
+    assert _both_paths(cands, Knobs(rrf_k=5), 20, ages, items) == [14, 1, 13]
