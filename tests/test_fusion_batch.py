@@ -1,16 +1,28 @@
-"""The fast path (batch.expected_positions) against the reference path (fusion.fuse), and section 2's rules."""
+"""The fast path against the reference path (fusion.fuse), section 2's rules, and tie sensitivity."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from rqsweep.backends.embedded import EmbeddedBackend
+from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine.batch import (SettingsBatch, expected_positions, plan_query, reciprocal_rank_fusion,
                                   similarity_floor)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
+from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
-from rqsweep.engine.recency import recency_factor
+from rqsweep.engine.index import Index
+from rqsweep.engine.recency import SEARCH_DELAY_DAYS, recency_factor
+from rqsweep.engine.scope import Scope
+from rqsweep.golden import Expected, GoldenQuery, GoldenSet
 from rqsweep.knobs import Knobs
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
 def C(source_type: str, row: int, score: float) -> Candidate:
@@ -66,13 +78,16 @@ def scenario(draw):
 
 
 @hsettings(max_examples=600, deadline=None)
-@given(scenario())
-def test_fast_path_equals_reference(case):
+@given(scenario(), st.sampled_from([SEARCH_DELAY_DAYS, 0.5, 3.0]))
+def test_fast_path_equals_reference(case, delay_days):
     cands, limit, ages, groups, knobs = case
     plan = plan_query(cands, groups, ages)
     fast = expected_positions(plan, SettingsBatch.from_knobs(knobs), limit)
+    # The same search `delay_days` later (what tie_sensitive compares with): every memory that much older.
+    later = expected_positions(plan.searched_later(delay_days), SettingsBatch.from_knobs(knobs), limit)
     for s, k in enumerate(knobs):
         assert fast[s].tolist() == positions_from_reference(cands, k, limit, ages, groups), k
+        assert later[s].tolist() == positions_from_reference(cands, k, limit, ages + delay_days, groups), k
     # A table restricted to some prefixes holds, bit for bit, the rows of the table over every prefix.
     if len(plan.v_pos) == 0:
         return
@@ -151,8 +166,6 @@ def test_a_search_after_the_writes_ranks_a_document_before_an_equally_scored_mem
     assert (1 / 6) * recency_factor(30.0, 30.0) == 1 / 12
     memory, document = ("memory", 0), ("document", 5)
     assert _both_paths(Candidates(vector, ()), knobs, 10, np.array([30.0]), [memory, document]) == [7, 6]
-    # Not decayed at all (a future timestamp): the fused order stands, the memory first on the tie.
-    assert _both_paths(Candidates(vector, ()), knobs, 10, np.array([-1.0]), [memory, document]) == [6, 7]
 
 
 def test_a_memory_of_age_zero_follows_a_document_it_ties_only_when_the_blend_is_on():
@@ -165,6 +178,8 @@ def test_a_memory_of_age_zero_follows_a_document_it_ties_only_when_the_blend_is_
     assert _both_paths(cands, Knobs(rrf_k=60, recency_half_life_days=7.0), 10, np.zeros(1), items) == [2, 1]
     # The cut keeps the document, not the memory it now precedes.
     assert _both_paths(cands, Knobs(rrf_k=60, recency_half_life_days=7.0), 1, np.zeros(1), items) == [0, 1]
+    # A memory dated in the future is not decayed: the fused order stands.
+    assert _both_paths(cands, Knobs(rrf_k=60, recency_half_life_days=7.0), 10, np.array([-1.0]), items) == [1, 2]
 
 
 def test_decayed_memories_that_tie_keep_their_fused_order():
@@ -178,3 +193,27 @@ def test_decayed_memories_that_tie_keep_their_fused_order():
     # Above the tie: documents 10..15 and 1..5 (1/6 .. 1/11), twelve of them before the three.
     assert _both_paths(cands, Knobs(rrf_k=5, recency_half_life_days=2.0), 20, ages, items) == [12, 13, 14]
     assert _both_paths(cands, Knobs(rrf_k=5), 20, ages, items) == [14, 1, 13]
+
+
+def _memory_lead_case(margin_days: float):
+    """A memory ranked first, over a document, by a blended margin of `margin_days` of age at half-life 1 day."""
+    k, h = 60, 1.0
+    # The memory wins both channels (V1, L1), the document comes second in both: fused 2/61 against 2/62. At the
+    # age where the factor equals 61/62 they would tie; `margin_days` younger, the memory leads.
+    age = h * np.log2((k + 2) / (k + 1)) - margin_days
+    corpus = Corpus((Document("doc", "alpha beta gamma"),), (Memory("mem", "alpha beta alpha beta", age_days=age),))
+    index = Index.build(corpus, FeatureHashEmbedder(64), Chunking("whole"), now=NOW)
+    golden = GoldenSet(Path("golden.json"), "", (GoldenQuery("q", "s", "alpha beta", (Expected("memory", "mem"),)),),
+                       None, ())
+    backend = EmbeddedBackend(index, golden, 10, Scope())
+    out = backend.evaluate([Knobs(rrf_k=k, recency_half_life_days=h), Knobs(rrf_k=k)])
+    return out["rank"].to_list(), out["tie_sensitive"].to_list()
+
+
+def test_tie_sensitive_counts_a_memory_a_later_search_would_rank_lower():
+    # The relative margin a one-minute delay eats at half-life 1 day: 60 s x ln 2 / 86,400 s = 4.8e-4.
+    assert 1 - 2 ** -SEARCH_DELAY_DAYS == pytest.approx(SEARCH_DELAY_DAYS * np.log(2), rel=1e-3)
+    # Ahead by 10 s of age (a relative margin of 8e-5): a search a minute later ranks the document first.
+    assert _memory_lead_case(10 / 86_400) == ([1, 1], [True, False])
+    # Ahead by an hour of age (2.9e-2): the minute changes nothing; without the blend nothing decays.
+    assert _memory_lead_case(1 / 24) == ([1, 1], [False, False])

@@ -19,6 +19,7 @@ from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
+from rqsweep.engine.recency import SEARCH_DELAY_DAYS
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
@@ -50,6 +51,8 @@ def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: S
         found = expected_positions(plan, batch, limit)
         positions[:, q, : found.shape[1]] = found
         tie[:, q] = (expected_positions(alternate, batch, limit) != found).any(axis=1)
+        later = expected_positions(plan.searched_later(SEARCH_DELAY_DAYS), batch, limit)
+        tie[:, q] |= (later != found).any(axis=1)
     return positions, tie
 
 
@@ -57,7 +60,10 @@ class EmbeddedBackend:
     """Evaluates a golden set on an `Index`: candidates once per query, then the fast path per setting.
 
     A query is tie-sensitive under a setting when any expected item's position differs between
-    PostgreSQL's tie order and plain insertion order: an accident of storage order, not a signal.
+    PostgreSQL's tie order and plain insertion order (an accident of storage order, not a signal), or
+    in a search `SEARCH_DELAY_SECONDS` after the writes (a decayed memory within
+    `delay x ln 2 / half-life` of a neighbour: an accident of timing). Positions move monotonically
+    with the delay, so comparing at the delay covers every shorter one.
     """
 
     name = "embedded"

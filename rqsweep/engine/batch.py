@@ -8,22 +8,24 @@ A query's candidates (its merged vector list V and lexical list L) do not depend
 `min_similarity` only truncates V (V is sorted by similarity, so the inclusive floor keeps a prefix).
 Per query we tabulate, for each distinct `rrf_k` and each V prefix length a setting keeps, the fused score
 and the position every item takes in SOAT's fused order (score descending, ties in first-insertion
-order). The recency blend then re-sorts stably, so the final order is (decayed score descending,
-fused position ascending), and an item's final position is one plus the number of items before it.
+order). The recency blend then re-sorts stably, so the final order is (blended score descending,
+undecayed before decayed, fused position ascending), and an item's final position is one plus the
+number of items before it.
 
 Arithmetic follows SOAT's: `1/(rrf_k + r)` per list, V's term added before L's, the decay factor
-`recency.recency_factor` (1 for documents and for memories not older than zero days).
+`recency.recency_factor` (1 for documents and for memories not older than zero days), and
+`recency.decays` for which memories a search after their write has decayed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from rqsweep.engine.channels import Candidates
-from rqsweep.engine.recency import recency_factor
+from rqsweep.engine.recency import decays, recency_factor
 from rqsweep.knobs import Knobs
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
@@ -72,8 +74,18 @@ class QueryPlan:
     v_pos: np.ndarray  # 1-based position in the unfloored V, 0 when not a vector candidate
     l_pos: np.ndarray  # 1-based position in L, 0 when not a lexical candidate
     v_similarity: np.ndarray  # V's similarities, non-increasing
-    age_days: np.ndarray  # memory age for the recency blend; 0 (never decayed) for documents
+    age_days: np.ndarray  # memory age for the recency blend; NaN for documents (never decayed)
     groups: tuple[np.ndarray, ...]  # per expected key, the items that count as a hit for it
+    decayed: np.ndarray  # memories the blend decays (`recency.decays`): they lose ties to everything else
+
+    def searched_later(self, delay_days: float) -> "QueryPlan":
+        """The same candidates searched `delay_days` later: every memory is that much older."""
+        age = self.age_days + delay_days
+        return replace(self, age_days=age, decayed=_decayed(age))
+
+
+def _decayed(age_days: np.ndarray) -> np.ndarray:
+    return np.array([decays(a) for a in age_days.tolist()], dtype=bool)
 
 
 def plan_query(candidates: Candidates, expected: Sequence[set[tuple[str, int]]],
@@ -87,13 +99,13 @@ def plan_query(candidates: Candidates, expected: Sequence[set[tuple[str, int]]],
     for positions, channel in ((v_pos, candidates.vector), (l_pos, candidates.lexical)):
         for p, c in enumerate(channel, 1):
             positions[items[(c.source_type, c.row)]] = p
-    age = np.zeros(m)
+    age = np.full(m, np.nan)
     for (source_type, row), i in items.items():
         if source_type == "memory":
             age[i] = memory_age_days[row]
     groups = tuple(np.array(sorted(items[x] for x in group if x in items), dtype=np.int64) for group in expected)
     sims = np.array([c.score for c in candidates.vector], dtype=np.float64)
-    return QueryPlan(v_pos, l_pos, sims, age, groups)
+    return QueryPlan(v_pos, l_pos, sims, age, groups, _decayed(age))
 
 
 def similarity_floor(plan: QueryPlan, settings: SettingsBatch) -> np.ndarray:
@@ -145,25 +157,26 @@ def recency_blend(plan: QueryPlan, settings: SettingsBatch, fused: FusedTables, 
     """`recency_half_life_days`: (settings, targets) 1-based position of each target after the blend, 0 if absent.
 
     The blend re-sorts stably: an item's position is one plus the number of items before it in the order
-    (blended score descending, fused position ascending). Without it the final order is the fused order.
+    (blended score descending, undecayed before decayed, fused position ascending). Without it, or with no
+    decayed memory among the candidates, the final order is the fused order.
     """
     present = fused.score[:, targets] >= 0
     rank = np.where(present, fused.position[:, targets] + 1, 0)[row]  # the fused order: a table lookup
-    decays = plan.age_days > 0
     hs = settings.distinct_half_life
-    if not decays.any() or not (hs > 0).any():
+    if not plan.decayed.any() or not (hs > 0).any():
         return rank
-    ages = plan.age_days.tolist()
-    factor = np.array([[recency_factor(a, h) for a in ages] for h in hs.tolist()])
+    factor = np.ones((len(hs), len(plan.v_pos)))
+    ages = plan.age_days[plan.decayed].tolist()
+    factor[:, plan.decayed] = [[recency_factor(a, h) for a in ages] for h in hs.tolist()]
+    tie_order = fused.position + plan.decayed * np.int64(len(plan.v_pos))  # a decayed memory loses equal scores
     blended = np.flatnonzero(hs[settings.h_index] > 0)
     for start in range(0, len(blended), _BLOCK):
         block = blended[start : start + _BLOCK]
         rows = row[block]
-        f, pos = fused.score[rows], fused.position[rows]
-        d = f * factor[settings.h_index[block]]
+        d, order = fused.score[rows] * factor[settings.h_index[block]], tie_order[rows]
         for t, item in enumerate(targets):
-            de, pe = d[:, item : item + 1], pos[:, item : item + 1]
-            ahead = ((d > de) | ((d == de) & (pos < pe))).sum(axis=1)
+            de, oe = d[:, item : item + 1], order[:, item : item + 1]
+            ahead = ((d > de) | ((d == de) & (order < oe))).sum(axis=1)
             rank[block, t] = np.where(present[rows, t], ahead + 1, 0)
     return rank
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rqsweep.engine.channels import Candidate, Candidates
-from rqsweep.engine.recency import recency_factor
+from rqsweep.engine.recency import decays, recency_factor
 from rqsweep.knobs import Knobs
 
 
@@ -46,15 +46,21 @@ def reciprocal_rank_fusion(vector: Sequence[Candidate], lexical: Sequence[Candid
 
 
 def recency_blend(fused: Sequence[Fused], memory_age_days: Sequence[float], half_life_days: float) -> list[Fused]:
-    """Decay memory scores by `recency_factor`; documents and future timestamps untouched; stable re-sort."""
+    """Decay memory scores by `recency_factor`; documents and future timestamps untouched; stable re-sort.
+
+    Equal blended scores put undecayed items before decayed memories (`recency.decays`: the search comes
+    after the writes), and otherwise keep the fused order.
+    """
     if half_life_days <= 0:
         return list(fused)
-    out = []
+    blended = []
     for f in fused:
-        age = memory_age_days[f.row] if f.source_type == "memory" else 0.0
+        memory = f.source_type == "memory"
+        age = memory_age_days[f.row] if memory else 0.0
         score = f.score * recency_factor(age, half_life_days)  # x 1.0 is exact: no age, no change
-        out.append(Fused(f.source_type, f.row, score, f.vector_position, f.lexical_position))
-    return sorted(out, key=lambda f: -f.score)
+        blended.append((Fused(f.source_type, f.row, score, f.vector_position, f.lexical_position),
+                        memory and decays(age)))
+    return [f for f, _ in sorted(blended, key=lambda fd: (-fd[0].score, fd[1]))]
 
 
 def cut_to_limit(ranked: Sequence[Fused], limit: int) -> list[Fused]:
