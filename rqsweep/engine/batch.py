@@ -165,19 +165,28 @@ def recency_blend(plan: QueryPlan, settings: SettingsBatch, fused: FusedTables, 
     hs = settings.distinct_half_life
     if not plan.decayed.any() or not (hs > 0).any():
         return rank
-    factor = np.ones((len(hs), len(plan.v_pos)))
+    # Half-lives with the same factors (every one, when all ages are 0) rank alike: one factor row for them.
     ages = plan.age_days[plan.decayed].tolist()
-    factor[:, plan.decayed] = [[recency_factor(a, h) for a in ages] for h in hs.tolist()]
+    rows_of: dict[tuple[float, ...], int] = {}
+    factor_index = np.array([rows_of.setdefault(tuple(recency_factor(a, h) for a in ages), len(rows_of))
+                             for h in hs.tolist()])
+    factors = np.ones((len(rows_of), len(plan.v_pos)))
+    factors[:, plan.decayed] = list(rows_of)
     tie_order = fused.position + plan.decayed * np.int64(len(plan.v_pos))  # a decayed memory loses equal scores
     blended = np.flatnonzero(hs[settings.h_index] > 0)
-    for start in range(0, len(blended), _BLOCK):
-        block = blended[start : start + _BLOCK]
-        rows = row[block]
-        d, order = fused.score[rows] * factor[settings.h_index[block]], tie_order[rows]
+    # Settings sharing a fused table row and a factor row rank alike: each such pair is ranked once.
+    pairs, pair_of = np.unique(row[blended] * len(factors) + factor_index[settings.h_index[blended]],
+                               return_inverse=True)
+    pair_rank = np.empty((len(pairs), len(targets)), np.int64)
+    for start in range(0, len(pairs), _BLOCK):
+        block = pairs[start : start + _BLOCK]
+        rows = block // len(factors)
+        d, order = fused.score[rows] * factors[block % len(factors)], tie_order[rows]
         for t, item in enumerate(targets):
             de, oe = d[:, item : item + 1], order[:, item : item + 1]
             ahead = ((d > de) | ((d == de) & (order < oe))).sum(axis=1)
-            rank[block, t] = np.where(present[rows, t], ahead + 1, 0)
+            pair_rank[start : start + _BLOCK, t] = np.where(present[rows, t], ahead + 1, 0)
+    rank[blended] = pair_rank[pair_of.ravel()]
     return rank
 
 
