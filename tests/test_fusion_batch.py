@@ -11,8 +11,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
-from rqsweep.engine.batch import (SettingsBatch, expected_positions, plan_query, reciprocal_rank_fusion,
-                                  similarity_floor)
+from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
+                                  reciprocal_rank_fusion, similarity_floor)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
@@ -85,9 +85,15 @@ def test_fast_path_equals_reference(case, delay_days):
     fast = expected_positions(plan, SettingsBatch.from_knobs(knobs), limit)
     # The same search `delay_days` later (what tie_sensitive compares with): every memory that much older.
     later = expected_positions(plan.searched_later(delay_days), SettingsBatch.from_knobs(knobs), limit)
+    changed = delay_changes_positions(plan, SettingsBatch.from_knobs(knobs), limit, fast, delay_days)
+    if (ages >= 0).all():  # positions move one way with the delay: a change at a shorter one shows at this one
+        sooner = delay_changes_positions(plan, SettingsBatch.from_knobs(knobs), limit, fast, delay_days / 3)
+        assert (changed | ~sooner).all()
     for s, k in enumerate(knobs):
-        assert fast[s].tolist() == positions_from_reference(cands, k, limit, ages, groups), k
+        now = positions_from_reference(cands, k, limit, ages, groups)
+        assert fast[s].tolist() == now, k
         assert later[s].tolist() == positions_from_reference(cands, k, limit, ages + delay_days, groups), k
+        assert changed[s] == (later[s].tolist() != now), k
     # A table restricted to some prefixes holds, bit for bit, the rows of the table over every prefix.
     if len(plan.v_pos) == 0:
         return

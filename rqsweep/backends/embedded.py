@@ -14,7 +14,7 @@ from joblib.externals.loky import ProcessPoolExecutor
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, plan_query
+from rqsweep.engine.batch import QueryPlan, SettingsBatch, delay_changes_positions, expected_positions, plan_query
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
 from rqsweep.engine.index import Index
@@ -51,8 +51,7 @@ def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: S
         found = expected_positions(plan, batch, limit)
         positions[:, q, : found.shape[1]] = found
         tie[:, q] = (expected_positions(alternate, batch, limit) != found).any(axis=1)
-        later = expected_positions(plan.searched_later(SEARCH_DELAY_DAYS), batch, limit)
-        tie[:, q] |= (later != found).any(axis=1)
+        tie[:, q] |= delay_changes_positions(plan, batch, limit, found, SEARCH_DELAY_DAYS)
     return positions, tie
 
 
@@ -62,8 +61,7 @@ class EmbeddedBackend:
     A query is tie-sensitive under a setting when any expected item's position differs between
     PostgreSQL's tie order and plain insertion order (an accident of storage order, not a signal), or
     in a search `SEARCH_DELAY_SECONDS` after the writes (a decayed memory within
-    `delay x ln 2 / half-life` of a neighbour: an accident of timing). Positions move monotonically
-    with the delay, so comparing at the delay covers every shorter one.
+    `delay x ln 2 / half-life` of a neighbour: an accident of timing).
     """
 
     name = "embedded"

@@ -63,7 +63,7 @@ class SettingsBatch:
     def __len__(self) -> int:
         return len(self.rrf_k)
 
-    def __getitem__(self, part: slice) -> "SettingsBatch":
+    def __getitem__(self, part: slice | np.ndarray) -> "SettingsBatch":
         return SettingsBatch(self.rrf_k[part], self.min_similarity[part], self.half_life[part])
 
 
@@ -210,3 +210,20 @@ def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> 
     targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
     rank = recency_blend(plan, settings, fused, fused.rows(settings.k_index, kept), targets)
     return cut_to_limit(plan, rank, targets, limit)
+
+
+def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int, positions: np.ndarray,
+                            delay_days: float) -> np.ndarray:
+    """(settings,) bool: whether some expected key's position differs in the same search `delay_days` later.
+
+    `positions` are `expected_positions(plan, settings, limit)`. As the delay grows, decayed memories only
+    fall against undecayed items and keep their order among themselves, so (no memory being dated in the
+    future) positions move one way and a change at any shorter delay shows at this one. Only settings with
+    the blend on can change, and only when the later search decays some memory.
+    """
+    later = plan.searched_later(delay_days)
+    changed = np.zeros(len(settings), dtype=bool)
+    blended = np.flatnonzero(settings.half_life > 0)
+    if later.decayed.any() and len(blended):
+        changed[blended] = (expected_positions(later, settings[blended], limit) != positions[blended]).any(axis=1)
+    return changed
