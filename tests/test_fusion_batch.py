@@ -18,9 +18,9 @@ from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
 from rqsweep.engine.index import Index
 from rqsweep.engine.recency import SEARCH_DELAY_DAYS, recency_factor
-from rqsweep.engine.scope import Scope
 from rqsweep.golden import Expected, GoldenQuery, GoldenSet
 from rqsweep.knobs import Knobs
+from rqsweep.scope import Scope
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -213,13 +213,13 @@ def _memory_lead_case(margin_days: float):
                        None, ())
     backend = EmbeddedBackend(index, golden, 10, Scope())
     out = backend.evaluate([Knobs(rrf_k=k, recency_half_life_days=h), Knobs(rrf_k=k)])
-    return out["rank"].to_list(), out["tie_sensitive"].to_list()
+    return out["positions"].to_list(), out["tie_sensitive"].to_list()
 
 
 def test_tie_sensitive_counts_a_memory_a_later_search_would_rank_lower():
     # The relative margin a one-minute delay eats at half-life 1 day: 60 s x ln 2 / 86,400 s = 4.8e-4.
     assert 1 - 2 ** -SEARCH_DELAY_DAYS == pytest.approx(SEARCH_DELAY_DAYS * np.log(2), rel=1e-3)
     # Ahead by 10 s of age (a relative margin of 8e-5): a search a minute later ranks the document first.
-    assert _memory_lead_case(10 / 86_400) == ([1, 1], [True, False])
+    assert _memory_lead_case(10 / 86_400) == ([[1], [1]], [True, False])
     # Ahead by an hour of age (2.9e-2): the minute changes nothing; without the blend nothing decays.
-    assert _memory_lead_case(1 / 24) == ([1, 1], [False, False])
+    assert _memory_lead_case(1 / 24) == ([[1], [1]], [False, False])
