@@ -76,7 +76,7 @@ class QueryPlan:
     v_similarity: np.ndarray  # V's similarities, non-increasing
     age_days: np.ndarray  # memory age for the recency blend; NaN for documents (never decayed)
     groups: tuple[np.ndarray, ...]  # per expected key, the items that count as a hit for it
-    decayed: np.ndarray  # memories the blend decays (`recency.decays`): they lose ties to everything else
+    decayed: np.ndarray  # memories the blend decays (`recency.decays`): undecayed items win equal scores
 
     def searched_later(self, delay_days: float) -> "QueryPlan":
         """The same candidates searched `delay_days` later: every memory is that much older."""
@@ -217,9 +217,9 @@ def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int
     """(settings,) bool: whether some expected key's position differs in the same search `delay_days` later.
 
     `positions` are `expected_positions(plan, settings, limit)`. As the delay grows, decayed memories only
-    fall against undecayed items and keep their order among themselves, so (no memory being dated in the
-    future) positions move one way and a change at any shorter delay shows at this one. Only settings with
-    the blend on can change, and only when the later search decays some memory.
+    fall against undecayed items and (in exact arithmetic) keep their order among themselves, so, with no
+    memory dated in the future, positions move one way and a change at any shorter delay shows at this one.
+    Only settings with the blend on can change, and only when the later search decays some memory.
     """
     later = plan.searched_later(delay_days)
     changed = np.zeros(len(settings), dtype=bool)
