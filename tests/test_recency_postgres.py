@@ -59,7 +59,7 @@ fused_order AS (
                / 86400000::float8 AS age_days
     FROM fused
 )
-SELECT seq,
+SELECT seq, (SELECT now_ms FROM clock),
        CASE WHEN %(h)s::float8 > 0 AND source_type = 'memory' AND age_days > 0
             THEN score * power(2::float8, -age_days / %(h)s::float8) ELSE score END AS blended
 FROM fused_order
@@ -112,9 +112,9 @@ def test_engine_ranks_blended_ties_as_soat_on_a_real_clock(pg, case):
         knobs = Knobs(rrf_k=rrf_k, recency_half_life_days=h)
         clock_ms, ages = _seed(pg, items, h)
         time.sleep(0.005)  # the search follows the writes, as every search does
-        want = [seq for seq, _ in pg.execute(SOAT_RANKING, {"k": rrf_k, "h": h}).fetchall()]
-        now_ms = int(pg.execute("SELECT floor(extract(epoch FROM now()) * 1000)").fetchone()[0])
-        assert now_ms > clock_ms, "the search must come after the clock reading"
+        ranked = pg.execute(SOAT_RANKING, {"k": rrf_k, "h": h}).fetchall()
+        assert ranked[0][1] > clock_ms, "the search must come after the clock reading"
+        want = [seq for seq, _, _ in ranked]
         assert _engine_order(items, knobs, ages) == want, (case, h)
         if h > 0:  # the blend leaves an exact tie at nominal ages involving a memory: only the delay decides it
             nominal = fuse(_candidates(items), knobs, len(items), ages)
