@@ -72,7 +72,8 @@ def _invalid(message: str, **meta) -> ApiError:
 
 @dataclass
 class Faults:
-    """A seeded share of requests answered badly; `routes` limits them to the search route by default."""
+    """A seeded share of requests answered badly, on the search route unless `all_routes`; the `first` such
+    requests all are (to test a client's first contact)."""
 
     rate: float = 0.0
     kinds: tuple[str, ...] = FAULT_KINDS
@@ -80,6 +81,7 @@ class Faults:
     retry_after: int = 1
     slow_seconds: float = 2.0
     all_routes: bool = False
+    first: int = 0
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -87,10 +89,13 @@ class Faults:
         self._rng = random.Random(self.seed)
 
     def draw(self, path: str) -> str | None:
-        if self.rate <= 0 or not (self.all_routes or path == SEARCH_PATH):
+        if not (self.all_routes or path == SEARCH_PATH):
             return None
         with self._lock:
-            return self._rng.choice(self.kinds) if self._rng.random() < self.rate else None
+            if self.first > 0:
+                self.first -= 1
+                return self._rng.choice(self.kinds)
+            return self._rng.choice(self.kinds) if self.rate > 0 and self._rng.random() < self.rate else None
 
 
 @dataclass
@@ -465,6 +470,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma-separated of {', '.join(FAULT_KINDS)}")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--fault-all-routes", action="store_true", help="faults on every route, not only search")
+    p.add_argument("--fault-first", type=int, default=0, metavar="N",
+                   help="answer the first N requests (on the faulted routes) badly, whatever the rate")
     p.add_argument("--retry-after", type=int, default=1, help="Retry-After seconds on an injected 429")
     p.add_argument("--slow-seconds", type=float, default=2.0, help="delay of an injected slow answer")
     p.add_argument("--die-after", type=int, metavar="N", help="stop serving after N searches (to test --resume)")
@@ -492,8 +499,9 @@ def main(argv: list[str]) -> int:
     """Run the server until interrupted; prints its URL (and a generated password) on stdout."""
     args = _parser().parse_args(argv)
     kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
-    if set(kinds) - set(FAULT_KINDS) or not 0 <= args.fault_rate <= 1:
-        print(f"rqsweep serve: --fault-kinds takes {', '.join(FAULT_KINDS)}; --fault-rate 0..1", file=sys.stderr)
+    if not kinds or set(kinds) - set(FAULT_KINDS) or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
+        print(f"rqsweep serve: --fault-kinds takes {', '.join(FAULT_KINDS)}; --fault-rate 0..1; "
+              "--fault-first >= 0", file=sys.stderr)
         return 2
     password = os.environ.get(args.password_env)
     accounts = Accounts(args.username, password) if password else Accounts(args.username)
@@ -506,8 +514,8 @@ def main(argv: list[str]) -> int:
         config = load_config(args.config)
         server = build_server(config, clock=clock, accounts=accounts, old_server=args.old_server,
                               faults=Faults(args.fault_rate, kinds, args.fault_seed, args.retry_after,
-                                            args.slow_seconds, args.fault_all_routes), die_after=args.die_after,
-                              version=args.server_version)
+                                            args.slow_seconds, args.fault_all_routes, args.fault_first),
+                              die_after=args.die_after, version=args.server_version)
         if args.preload:
             if config.corpus is None:
                 print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)
