@@ -3,8 +3,9 @@
 Retries (exponential backoff with jitter) cover what is transient: connection errors, timeouts, a dropped
 connection, 429 (after at least its Retry-After) and 5xx. Other 4xx are answers, never retried. A request
 that still fails raises `RequestFailed`, which the caller records against its (setting, query). What
-cannot be a per-search accident stops the run with `BackendError`: credentials rejected, or
-`max_consecutive_failures` requests failing in a row (the server is gone: resume the run later).
+cannot be a per-search accident stops the run with `BackendError`: no connection at all before the server
+ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
+or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ R = TypeVar("R")
 _MAX_DELAY = 60.0  # seconds: cap on one backoff or Retry-After wait
 # Connection-level failures where the request surely never reached the server: safe to retry a write.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# No connection could be made: before the server's first answer, the run stops at once.
+_UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)
 # SOAT answers this 503 when no embedding provider is configured: retrying cannot help.
 _PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
 
@@ -126,16 +129,17 @@ class SoatClient:
         self._failure_lock = threading.Lock()
         self._consecutive_failures = 0
         self._stopped: str | None = None
+        self._answered = False  # has the server answered anything yet?
         self._jitter = random.Random()
 
     def connect(self) -> None:
-        """First contact: log in when configured. Fails fast (no retries) when the server is unreachable."""
+        """Log in when configured (an unreachable server fails at once, see `request`)."""
         if not self.session.can_login:
             return
 
         def post(path: str, body: dict) -> object:
             try:
-                return self.request("POST", path, body, authenticated=False, fail_fast=True).body
+                return self.request("POST", path, body, authenticated=False).body
             except RequestFailed as exc:
                 raise BackendError(f"SOAT at {self.base_url} refused the login as "
                                    f"{self.session.target.username!r}: {exc}") from None
@@ -143,14 +147,15 @@ class SoatClient:
         self.session.login(post)
 
     def request(self, method: str, path: str, body: object = None, *, params: dict | None = None,
-                idempotent: bool = True, authenticated: bool = True, fail_fast: bool = False,
-                probing: bool = False) -> Reply:
+                idempotent: bool = True, authenticated: bool = True, probing: bool = False) -> Reply:
         """One API call with SOAT's error handling; see the module docstring for what is retried.
 
         `idempotent=False` (writes) retries only failures where the request was surely not processed:
-        connection refused or timed out before sending, and 429. `fail_fast` (first contact) turns a
-        connection failure into an immediate `BackendError`. `probing`: a 4xx answer is what the caller
-        asked to learn (an unknown field, a missing route), not a failure the stats or the breaker count.
+        connection refused or timed out before sending, and 429. Until the server has answered once, a
+        connection that cannot be made is an immediate `BackendError`; after that it is retried like any
+        transient failure (a dropped connection right after the login is not a dead server). `probing`: a
+        4xx answer is what the caller asked to learn (an unknown field, a missing route), not a failure the
+        stats or the breaker count.
         """
         relogged = False
         attempt = 0
@@ -164,11 +169,12 @@ class SoatClient:
                 response = self.http.request(method, path, json=body, params=params, headers=headers)
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                if fail_fast:
+                if not self._answered and isinstance(exc, _UNREACHABLE):
                     raise BackendError(f"cannot reach SOAT at {self.base_url} ({problem})") from None
                 retryable = idempotent or isinstance(exc, _NOT_SENT)
                 failure, delay = RequestFailed(problem), self._backoff(attempt)
             else:
+                self._answered = True
                 status = response.status_code
                 if 200 <= status < 300:
                     try:

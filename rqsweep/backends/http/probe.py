@@ -99,12 +99,12 @@ def _adapt(body: dict, dialect: Dialect, rejected: dict[str, str], unknown: list
 
 
 def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
-    """Send one full search (then adapted ones) and report what the server takes; fail fast otherwise."""
+    """Send one full search (then adapted ones, each retried like any search) and report what the server takes."""
     dialect, rejected = Dialect(), {}
     body = search_body(query, Knobs(min_similarity=0.0), 5, scope, dialect)
     for _ in range(_MAX_PROBES):
         try:
-            reply = client.request("POST", SEARCH_PATH, body, fail_fast=True, probing=True)
+            reply = client.request("POST", SEARCH_PATH, body, probing=True)
             break
         except RequestFailed as exc:
             unknown = _unknown_fields(exc)
