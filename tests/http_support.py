@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import polars as pl
+import pyarrow.parquet as pq
 import yaml
 
 from rqsweep.config import load_config
@@ -84,3 +86,18 @@ def serving(config: Path, *, faults: Faults | None = None, old_server: bool = Fa
 def comparable(grid: pl.DataFrame) -> pl.DataFrame:
     """A grid without what differs between runs and backends by design (ids, hashes, tie counts)."""
     return grid.drop("run_id", "config_sha256", "tie_sensitive").sort("setting_id", "slice")
+
+
+def leaks(folder: Path, secrets: list[str]) -> list[str]:
+    """Every place under `folder` where a secret shows: raw bytes, and decoded Parquet values and metadata."""
+    found = []
+    for path in folder.rglob("*"):
+        if not path.is_file():
+            continue
+        texts = [path.read_bytes().decode("utf-8", "replace")]
+        if path.suffix == ".parquet":
+            texts.append(pl.read_parquet(path).write_ndjson())  # nested columns included
+            texts.append(json.dumps({k.decode(): v.decode() for k, v in
+                                     (pq.read_schema(path).metadata or {}).items()}))
+        found += [f"{path}: {s[:6]}..." for s in secrets for t in texts if s in t]
+    return found

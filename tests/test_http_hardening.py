@@ -3,14 +3,26 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
+import polars as pl
 import pytest
+import yaml
 
 from rqsweep import cli, job
+from rqsweep.backends.http.auth import Secret, Target
+from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.mapping import SEARCH_PATH
+from rqsweep.errors import BackendError
 from rqsweep.serve import Faults
-from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
+from tests.http_support import (EMBEDDED, PASSWORD, comparable, http_backend, leaks, serving, write_config,
+                                write_corpus)
 
 SETTINGS = 8  # http_support.SWEEP, the baseline among them
 
@@ -57,3 +69,113 @@ def test_a_probe_that_cannot_connect_at_all_still_fails_fast(tmp_path, capsys):
     assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
     assert time.monotonic() - started < 3
     assert f"cannot reach SOAT at {url}" in capsys.readouterr().err
+
+
+# --- item 11: credentials a server or proxy echoes are scrubbed from its messages ---------------------------
+
+UPSTREAM_KEY = "sk_proxy_Wm4-upstream-key"  # a credential the client never held, echoed all the same
+
+
+class _EchoingProxy:
+    """A proxy in front of `upstream` that answers 500, echoing the credentials it was sent, to the login
+    (`echo_login`) or to searches for `echo_query`; every other request is passed on."""
+
+    def __init__(self, upstream: str, echo_query: str | None = None, echo_login: bool = False):
+        self.upstream, self.echo_query, self.echo_login = upstream, echo_query, echo_login
+        self.echoed = 0
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def _echo(self, path: str, raw: bytes) -> bool:
+        if path == "/api/v1/users/login":
+            return self.echo_login
+        return self.echo_query is not None and json.loads(raw or b"{}").get("query") == self.echo_query
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _reply(self, status: int, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _pass(self, method: str) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy._echo(self.path.split("?")[0], raw):
+                    proxy.echoed += 1
+                    message = (f"upstream refused Authorization: {self.headers.get('Authorization')} "
+                               f"(key {UPSTREAM_KEY}) for {raw.decode()}")
+                    error = {"error": {"code": "INTERNAL_ERROR", "message": message}}
+                    return self._reply(500, json.dumps(error).encode())
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                answer = httpx.request(method, proxy.upstream + self.path, content=raw, headers=headers)
+                self._reply(answer.status_code, answer.content)
+
+            def do_GET(self) -> None:
+                self._pass("GET")
+
+            def do_POST(self) -> None:
+                self._pass("POST")
+
+        return Handler
+
+
+def test_a_search_error_echoing_the_token_reaches_no_file_log_or_message(tmp_path, capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    write_corpus(tmp_path)
+    last_query = yaml.safe_load((tmp_path / "golden.yaml").read_text())[-1]["query"]
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        proxy = _EchoingProxy(server.url, echo_query=last_query)
+        try:
+            config = write_config(tmp_path, "echoed", http_backend(proxy.url, mode="direct", retries=1))
+            code = cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"])
+            tokens = list(server.accounts._sessions)
+            client = SoatClient(Target(proxy.url, None, "admin", Secret(PASSWORD)), retries=0)
+            client.connect()
+            tokens += list(server.accounts._sessions)
+            with pytest.raises(RequestFailed) as raised:
+                client.request("POST", SEARCH_PATH, {"query": last_query})
+            client.close()
+        finally:
+            proxy.close()
+    assert code == 4 and proxy.echoed > SETTINGS * 2  # each search of that query failed, after one retry
+    secrets = [PASSWORD, UPSTREAM_KEY, *tokens]
+    (run_dir,) = (tmp_path / "out" / "echoed").iterdir()
+    errors = pl.read_parquet(run_dir / "queries.parquet")["error"].drop_nulls()
+    assert errors.len() == SETTINGS and errors.str.contains("HTTP 500 INTERNAL_ERROR: upstream refused").all()
+    assert leaks(tmp_path / "out", secrets) == []
+    captured = capsys.readouterr()
+    for text in (captured.out, captured.err, caplog.text, str(raised.value), repr(raised.value.args)):
+        assert [s[:8] for s in secrets if s in text] == []
+    assert "Bearer ***" in str(raised.value)
+
+
+def test_a_login_error_echoing_the_password_reaches_no_message(tmp_path, capsys):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        proxy = _EchoingProxy(server.url, echo_login=True)
+        try:
+            config = write_config(tmp_path, "echoed", http_backend(proxy.url, retries=1))
+            assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+            with pytest.raises(BackendError) as raised:
+                job.run(config, quiet=True, output_dir=tmp_path / "out")
+        finally:
+            proxy.close()
+    err = capsys.readouterr().err
+    assert "refused the login as 'admin': HTTP 500 INTERNAL_ERROR: upstream refused" in err
+    for text in (err, str(raised.value)):
+        assert PASSWORD not in text and UPSTREAM_KEY not in text

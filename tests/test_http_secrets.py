@@ -6,8 +6,6 @@ import json
 import logging
 from pathlib import Path
 
-import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 from rqsweep import cli
@@ -16,24 +14,9 @@ from rqsweep.config import HttpConfig, load_config
 from rqsweep.corpus import Chunking, load_corpus
 from rqsweep.errors import InputError
 from rqsweep.serve import Accounts
-from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
+from tests.http_support import EMBEDDED, PASSWORD, http_backend, leaks, serving, write_config, write_corpus
 
 API_KEY = "sk_live_Kx93-secret-api-key"
-
-
-def _leaks(folder: Path, secrets: list[str]) -> list[str]:
-    """Every place under `folder` where a secret shows: raw bytes, and decoded Parquet values and metadata."""
-    found = []
-    for path in folder.rglob("*"):
-        if not path.is_file():
-            continue
-        texts = [path.read_bytes().decode("utf-8", "replace")]
-        if path.suffix == ".parquet":
-            texts.append(pl.read_parquet(path).write_ndjson())  # nested columns included
-            texts.append(json.dumps({k.decode(): v.decode() for k, v in
-                                     (pq.read_schema(path).metadata or {}).items()}))
-        found += [f"{path}: {s[:6]}..." for s in secrets for t in texts if s in t]
-    return found
 
 
 @pytest.fixture()
@@ -69,7 +52,7 @@ def test_api_key_from_a_profile_and_login_password_never_leak(tmp_path, monkeypa
     captured = capsys.readouterr()
     assert "rejected the credentials" in captured.err
     assert (out / "keyed").exists() and (out / "login").exists()
-    assert _leaks(out, secrets) == []
+    assert leaks(out, secrets) == []
     for text in (captured.out, captured.err, logs.text):
         assert not [s for s in secrets if s in text]
     assert "***" in (next((out / "login").iterdir()) / "run.json").read_text()  # the config's token, redacted
