@@ -20,6 +20,7 @@ from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import SEARCH_PATH
 from rqsweep.errors import BackendError
+from rqsweep.scrub import scrub_secrets
 from rqsweep.serve import Faults
 from tests.http_support import (EMBEDDED, PASSWORD, comparable, http_backend, leaks, serving, write_config,
                                 write_corpus)
@@ -179,3 +180,8 @@ def test_a_login_error_echoing_the_password_reaches_no_message(tmp_path, capsys)
     assert "refused the login as 'admin': HTTP 500 INTERNAL_ERROR: upstream refused" in err
     for text in (err, str(raised.value)):
         assert PASSWORD not in text and UPSTREAM_KEY not in text
+
+
+def test_scrub_masks_held_secrets_and_credential_shaped_words_only():
+    text = 'auth "bearer tok_abc.def" key=sk_live_9-x pw hunter2-long; task_id disk_usage Bearer'
+    assert scrub_secrets(text, ["hunter2-long", ""]) == 'auth "bearer ***" key=*** pw ***; task_id disk_usage Bearer'

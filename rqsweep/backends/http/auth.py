@@ -118,6 +118,10 @@ class Session:
     def can_login(self) -> bool:
         return self.target.username is not None
 
+    def secrets(self) -> list[str]:
+        """Every credential this session holds: what a server's messages must not repeat."""
+        return [s.reveal() for s in (self.target.token, self.target.password, self._token) if s is not None]
+
     def headers(self) -> dict[str, str]:
         return {} if self._token is None else {"Authorization": f"Bearer {self._token.reveal()}"}
 

@@ -23,6 +23,7 @@ import httpx
 
 from rqsweep.backends.http.auth import Session, Target
 from rqsweep.errors import BackendError
+from rqsweep.scrub import scrub_secrets
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -92,15 +93,16 @@ def _server_time_ms(response: httpx.Response) -> int | None:
         return None
 
 
-def _error_of(response: httpx.Response) -> RequestFailed:
-    """SOAT's error body `{"error": {"code", "message", "meta"?}}` as an exception; anything else described."""
+def _error_of(response: httpx.Response, scrub: Callable[[str], str]) -> RequestFailed:
+    """SOAT's error body `{"error": {"code", "message", "meta"?}}` as an exception, its text passed through
+    `scrub`; anything else described."""
     try:
         error = response.json().get("error")
     except (ValueError, AttributeError):
         error = None
     if isinstance(error, dict):
         code, message = error.get("code"), error.get("message")
-        return RequestFailed(f"HTTP {response.status_code} {code}: {message}", response.status_code,
+        return RequestFailed(scrub(f"HTTP {response.status_code} {code}: {message}"), response.status_code,
                              code if isinstance(code, str) else None, error.get("meta"))
     kind = response.headers.get("content-type", "no content type")
     return RequestFailed(f"HTTP {response.status_code} without SOAT's error body ({kind})", response.status_code)
@@ -168,7 +170,7 @@ class SoatClient:
             try:
                 response = self.http.request(method, path, json=body, params=params, headers=headers)
             except httpx.TransportError as exc:
-                problem = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                problem = self._scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 if not self._answered and isinstance(exc, _UNREACHABLE):
                     raise BackendError(f"cannot reach SOAT at {self.base_url} ({problem})") from None
                 retryable = idempotent or isinstance(exc, _NOT_SENT)
@@ -185,7 +187,7 @@ class SoatClient:
                         self._succeeded()
                         return Reply(status, payload, _server_time_ms(response))
                 else:
-                    failure = _error_of(response)
+                    failure = _error_of(response, self._scrub)
                     if status == 401 and authenticated and self.session.can_login and not relogged:
                         relogged = True
                         self.connect()  # the login token expired: log in again, once
@@ -224,6 +226,11 @@ class SoatClient:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.http.close()
+
+    def _scrub(self, text: str) -> str:
+        """A server's words with our credentials (and anything credential-shaped) masked: servers and
+        proxies may echo the Authorization header or the login body."""
+        return scrub_secrets(text, self.session.secrets())
 
     def _backoff(self, attempt: int) -> float:
         """Exponential backoff with equal jitter: half the step fixed, half random, so retries spread out."""

@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 
 from rqsweep.engine.embed.protocol import EmbeddingError, to_pgvector_float32
+from rqsweep.scrub import scrub_secrets
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,9 @@ class _RemoteEmbedder(ABC):
         return self._scrub(text) or response.reason_phrase
 
     def _scrub(self, text: str) -> str:
-        """`text` with any secret this embedder holds masked (servers may echo what they were sent)."""
-        return text
+        """`text` with any secret this embedder holds, or anything credential-shaped, masked (servers may
+        echo what they were sent)."""
+        return scrub_secrets(text)
 
     def _error(self, problem: str) -> EmbeddingError:
         return EmbeddingError(f"{self.provider} embeddings (model {self.model!r}): POST {self.url} {problem}")
@@ -182,7 +184,7 @@ class OpenAIEmbedder(_RemoteEmbedder):
         return [item.get("embedding") for item in sorted(data, key=lambda item: item["index"])]
 
     def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, "***") if self._api_key else text
+        return scrub_secrets(text, [self._api_key])
 
 
 class OllamaEmbedder(_RemoteEmbedder):
