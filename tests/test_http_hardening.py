@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import socket
+import struct
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
 
 import httpx
 import polars as pl
@@ -185,3 +192,59 @@ def test_a_login_error_echoing_the_password_reaches_no_message(tmp_path, capsys)
 def test_scrub_masks_held_secrets_and_credential_shaped_words_only():
     text = 'auth "bearer tok_abc.def" key=sk_live_9-x pw hunter2-long; task_id disk_usage Bearer'
     assert scrub_secrets(text, ["hunter2-long", ""]) == 'auth "bearer ***" key=*** pw ***; task_id disk_usage Bearer'
+
+
+# --- item 2: `rqsweep serve` outlives a client that gives up ------------------------------------------------
+
+
+@contextlib.contextmanager
+def _serve_process(config: Path, *options: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`rqsweep serve` run as users run it (the console script), on a free port; yields it and its URL."""
+    rqsweep = Path(sys.executable).with_name("rqsweep")
+    process = subprocess.Popen([str(rqsweep), "serve", str(config), "--port", "0", *options], text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=os.environ | {"RQSWEEP_SERVE_PASSWORD": PASSWORD})
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("listening on "), line + process.stderr.read()
+        yield process, line.split()[-1]
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        process.wait(10)
+
+
+def _login(http: httpx.Client) -> dict[str, str]:
+    answer = http.post("/api/v1/users/login", json={"username": "admin", "password": PASSWORD})
+    assert answer.status_code == 200
+    return {"Authorization": f"Bearer {answer.json()['token']}"}
+
+
+def _abort(url: str, request: bytes) -> None:
+    """Send `request` and hang up with a reset, as a killed client's connection ends."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(request)
+
+
+def test_serve_outlives_clients_that_give_up_before_the_answer(tmp_path):
+    write_corpus(tmp_path)
+    config = write_config(tmp_path, "embedded", EMBEDDED)
+    with _serve_process(config, "--fault-rate", "1", "--fault-kinds", "slow", "--slow-seconds", "0.5") as (server, url):
+        with httpx.Client(base_url=url) as http:
+            auth = _login(http)
+            for _ in range(3):  # a timed-out search, as a sweep with a short timeout gives up
+                with pytest.raises(httpx.TimeoutException):
+                    http.post(SEARCH_PATH, json={"query": "pager"}, headers=auth, timeout=0.1)
+        body = json.dumps({"query": "pager"}).encode()
+        head = (f"POST {SEARCH_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth['Authorization']}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        _abort(url, head + body)  # killed while the server works on the answer
+        _abort(url, head + body[:5])  # killed while sending its request
+        time.sleep(1.0)  # the server wakes and answers into closed connections
+        assert server.poll() is None, f"serve died with exit {server.returncode}"
+        with httpx.Client(base_url=url) as http:
+            assert http.post(SEARCH_PATH, json={"query": "pager"}, headers=_login(http)).status_code == 200
+        server.terminate()
+        assert "Traceback" not in server.communicate(timeout=10)[1]
