@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script: like `main`, but `rqsweep ... | head` ends quietly, as command-line tools do."""
-    if hasattr(signal, "SIGPIPE"):
+    # Not for serve: with the default action a client hanging up mid-answer would kill the server.
+    if hasattr(signal, "SIGPIPE") and sys.argv[1:2] != ["serve"]:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import random
@@ -47,6 +48,8 @@ MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "rec
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
 FAULT_KINDS = ("500", "429", "slow", "drop")
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -392,6 +395,14 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             # The Date header tells clients the server's clock (replay reads memory ages against it).
             return formatdate(server.store.clock().timestamp(), usegmt=True)
 
+        def handle_one_request(self) -> None:
+            try:
+                super().handle_one_request()
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                # The client gave up (its timeout, an interrupted sweep): its loss, not the server's.
+                log.debug("client %s:%s went away: %s", *self.client_address[:2], exc)
+                self.close_connection = True
+
         def _drop(self) -> None:
             self.close_connection = True
 
@@ -404,10 +415,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
-            try:
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            self.wfile.write(data)
 
         def _serve(self, method: str) -> None:
             url = urlsplit(self.path)
