@@ -19,6 +19,7 @@ from typing import Iterator
 
 import httpx
 import polars as pl
+import psutil
 import pytest
 import yaml
 
@@ -248,3 +249,82 @@ def test_serve_outlives_clients_that_give_up_before_the_answer(tmp_path):
             assert http.post(SEARCH_PATH, json={"query": "pager"}, headers=_login(http)).status_code == 200
         server.terminate()
         assert "Traceback" not in server.communicate(timeout=10)[1]
+
+
+# --- item 12: serve authenticates before reading a body, caps it, and warns off loopback ----------------------
+
+MIB = 1 << 20
+
+
+def _peak_rss_growth(pid: int, send) -> int:
+    """How far the process's peak resident memory rose above its resident memory while `send()` ran."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+    before = psutil.Process(pid).memory_info().rss
+    send()
+    status = Path(f"/proc/{pid}/status").read_text()
+    peak_kib = int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+    return peak_kib * 1024 - before
+
+
+def test_an_unauthenticated_large_post_is_refused_unread(tmp_path):
+    write_corpus(tmp_path)
+    with _serve_process(write_config(tmp_path, "embedded", EMBEDDED)) as (server, url):
+        answers = []
+
+        def send() -> None:
+            size = 64 * MIB
+            chunks = (b" " * MIB for _ in range(size // MIB))
+            headers = {"Content-Length": str(size), "Content-Type": "application/json"}
+            with httpx.Client(base_url=url, timeout=30) as http:
+                answers.append(http.post(SEARCH_PATH, content=chunks, headers=headers))
+
+        growth = _peak_rss_growth(server.pid, send)
+        assert growth < 16 * MIB, f"serve's memory grew by {growth / MIB:.0f} MiB"
+        assert answers[0].status_code == 401 and answers[0].json()["error"]["code"] == "UNAUTHORIZED"
+        with httpx.Client(base_url=url) as http:  # still serving
+            assert http.post(SEARCH_PATH, json={"query": "pager"}, headers=_login(http)).status_code == 200
+
+
+def test_an_oversized_authenticated_body_gets_413_and_the_connection_goes_on(tmp_path):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        with httpx.Client(base_url=server.url) as http:
+            auth = _login(http)
+            small = http.post(SEARCH_PATH, json={"query": "pager"}, headers=auth)
+            large = http.post(SEARCH_PATH, json={"query": "x" * (2 * MIB)}, headers=auth)
+            unauthenticated = http.post(SEARCH_PATH, json={"query": "pager"})
+            again = http.post(SEARCH_PATH, json={"query": "pager"}, headers=auth)
+    assert small.status_code == 200 and again.json() == small.json()
+    assert large.status_code == 413
+    error = large.json()["error"]
+    assert error["code"] == "PAYLOAD_TOO_LARGE" and "1048576" in error["message"]
+    assert unauthenticated.status_code == 401
+
+
+@pytest.mark.parametrize("length", ["-1", "12x"])
+def test_an_unreadable_content_length_is_refused(tmp_path, length):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        with httpx.Client(base_url=server.url) as http:
+            auth = _login(http)["Authorization"]
+        host, port = server.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=5) as s:  # httpx refuses to send such a header
+            s.sendall(f"POST {SEARCH_PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n"
+                      f"Content-Length: {length}\r\n\r\n{{}}".encode())
+            answer = b""
+            while chunk := s.recv(65536):  # the server answers, then closes: the request's framing is lost
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and json.loads(body)["error"]["code"] == "VALIDATION_FAILED"
+
+
+def test_serve_warns_when_it_listens_beyond_loopback(tmp_path):
+    write_corpus(tmp_path)
+    config = write_config(tmp_path, "embedded", EMBEDDED)
+    with _serve_process(config, "--host", "0.0.0.0") as (server, url):  # no request is sent to it
+        server.terminate()
+        warning = server.communicate(timeout=10)[1]
+    assert "warning: listening on 0.0.0.0" in warning and "reachable from other machines" in warning
+    with _serve_process(config) as (server, url):
+        server.terminate()
+        assert "warning" not in server.communicate(timeout=10)[1]
