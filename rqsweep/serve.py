@@ -2,10 +2,11 @@
 
 Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
 search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
-status codes. Knob values the server cannot use fall back to the defaults silently, as SOAT's do. For tests
-and demos: seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), a frozen
-clock, `--die-after N` searches, and `--old-server`: SOAT v0.28.0, the newest public release, measured from
-outside: pure cosine ranking with `min_score` applied after the top-`limit` cut, `memory_ids`, no `tags`
+status codes. Knob values the server cannot use fall back to the defaults silently, as SOAT's do. Callers are
+authenticated before their request body is read, and bodies over `MAX_BODY_BYTES` are refused unread (413).
+For tests and demos: seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), a
+frozen clock, `--die-after N` searches, and `--old-server`: SOAT v0.28.0, the newest public release, measured
+from outside: pure cosine ranking with `min_score` applied after the top-`limit` cut, `memory_ids`, no `tags`
 filter and no `include_*` flags (unknown fields: 400 with `error.meta.unknownFields`), results without
 `signals` naming the memory `entry_id`; memory containers at `/api/v1/memories {project_id, name}`, entries
 at `/api/v1/memory-entries {memory_id, content, tags: [string]}`; unknown routes: 404 in plain text.
@@ -17,6 +18,7 @@ and it keeps the test suite free of another dependency.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import math
@@ -48,6 +50,11 @@ MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "rec
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
 FAULT_KINDS = ("500", "429", "slow", "drop")
+LOGIN_PATH = "/api/v1/users/login"
+HEALTH_PATH = "/health"
+PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
+# Searches and seeding writes are a few kB; a document beyond this is refused (413) like any oversized body.
+MAX_BODY_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +201,12 @@ class SoatServer:
         host, port = self._http.server_address[:2]
         return f"http://{host}:{port}"
 
+    @property
+    def loopback_only(self) -> bool:
+        """Whether only this machine can connect (the address listened on is a loopback one)."""
+        assert self._http is not None
+        return ipaddress.ip_address(self._http.server_address[0]).is_loopback
+
     def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Listen (port 0: any free port) and serve in a background thread; returns the base URL."""
         self.dead = False
@@ -212,15 +225,22 @@ class SoatServer:
 
     # --- routes -------------------------------------------------------------------------------------
 
+    def authenticate(self, method: str, path: str, authorization: str | None) -> tuple[bool, str | None] | None:
+        """Who calls, from the headers alone: (is admin, confining project), or None on a public route;
+        401 otherwise."""
+        return None if (method, path) in PUBLIC_ROUTES else self.accounts.caller(authorization)
+
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: object,
-               authorization: str | None) -> tuple[int, object]:
-        if (method, path) == ("POST", "/api/v1/users/login"):
+               caller: tuple[bool, str | None] | None) -> tuple[int, object]:
+        """Answer one request from `caller`, as `authenticate` found it."""
+        if (method, path) == ("POST", LOGIN_PATH):
             body = self._object(body)
             token = self.accounts.login(body.get("username"), body.get("password"))
             return 200, {"id": "usr_000001", "username": self.accounts.username, "role": "admin", "token": token}
-        if (method, path) == ("GET", "/health"):
+        if (method, path) == ("GET", HEALTH_PATH):
             return 200, {"status": "ok"} | ({"version": self.version} if self.version else {})
-        admin, confined = self.accounts.caller(authorization)
+        assert caller is not None, f"{method} {path} is a public route without an answer"
+        admin, confined = caller
         routes = {
             ("POST", "/api/v1/projects"): self._create_project,
             ("GET", "/api/v1/projects"): self._list_projects,
@@ -417,11 +437,34 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _content_length(self) -> int | None:
+            """The announced body size; None when it cannot be trusted (malformed, negative, chunked)."""
+            text = self.headers.get("Content-Length", "0").strip()
+            if "Transfer-Encoding" in self.headers or not (text.isascii() and text.isdigit()):
+                return None
+            return int(text)
+
         def _serve(self, method: str) -> None:
             url = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            if server.dead or (url.path == SEARCH_PATH and not server.count_search()):
+            if server.dead:
+                return self._drop()
+            # The caller and the body's size are checked before the body is read: an oversized body is never
+            # read, a stranger's at most skipped, neither parsed.
+            length = self._content_length()
+            try:
+                if length is None:
+                    raise _invalid("Content-Length must be a byte count (chunked bodies are not accepted)")
+                caller = server.authenticate(method, url.path, self.headers.get("Authorization"))
+                if length > MAX_BODY_BYTES:
+                    raise ApiError(413, "PAYLOAD_TOO_LARGE", f"the request body has {length} bytes; at most "
+                                                             f"{MAX_BODY_BYTES} are accepted")
+            except ApiError as exc:
+                if length is not None and length <= MAX_BODY_BYTES:
+                    self.rfile.read(length)  # skipped, so the connection can carry the client's next request
+                    return self._answer(exc.status, exc.body())
+                return self._answer(exc.status, exc.body(), {"Connection": "close"})  # the body stays unread
+            raw = self.rfile.read(length)
+            if url.path == SEARCH_PATH and not server.count_search():
                 return self._drop()
             fault = server.faults.draw(url.path)
             if fault == "drop":
@@ -438,8 +481,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 return self._answer(400, _invalid("the request body is not valid JSON").body())
             try:
-                status, payload = server.handle(method, url.path, parse_qs(url.query), body,
-                                                self.headers.get("Authorization"))
+                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller)
             except ApiError as exc:
                 return self._answer(exc.status, exc.body())
             except Exception as exc:  # noqa: BLE001 - a server answers 500, as SOAT would, and keeps serving
@@ -461,7 +503,8 @@ def _parser() -> argparse.ArgumentParser:
         "knowledge search), for tests and demos. Loopback only unless --host says otherwise."))
     p.add_argument("config", type=Path, help="job config: its embedded backend settings (embedder, tie order) "
                    "and, with --preload, its corpus")
-    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to listen on (default: loopback; any other draws a warning)")
     p.add_argument("--port", type=int, default=8080, help="port (0: any free port; default 8080)")
     p.add_argument("--username", default="admin", help="the admin login (default admin)")
     p.add_argument("--password-env", default="RQSWEEP_SERVE_PASSWORD",
@@ -537,6 +580,10 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError) as exc:  # a malformed --clock; a port in use or an unwritable --preload file
         print(f"rqsweep serve: {exc}", file=sys.stderr)
         return 2
+    if not server.loopback_only:  # said before the URL, which whoever started the server waits for
+        print(f"rqsweep serve: warning: listening on {args.host}, reachable from other machines; this is a test "
+              "server (injected faults, a printed password): use the default 127.0.0.1 unless that is meant",
+              file=sys.stderr, flush=True)
     print(f"listening on {url}", flush=True)
     if not password:
         print(f"login: {accounts.username} / {accounts.password}", flush=True)

@@ -13,7 +13,7 @@ import pytest
 
 from rqsweep import cli, job, serve
 from rqsweep.backends.http import backend as http_backend_module
-from rqsweep.backends.http.auth import Target
+from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient, retry_after_seconds
 from rqsweep.serve import Faults
 from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
@@ -99,14 +99,14 @@ def test_a_429_waits_at_least_its_retry_after_and_other_4xx_are_never_retried(tm
     write_corpus(tmp_path)
     with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
         server.faults = Faults(1.0, kinds=("429",), retry_after=1)
-        client = SoatClient(Target(server.url, None, "admin", None), retries=3, backoff=0.001)
-        client.session._token = None
+        client = SoatClient(Target(server.url, None, "admin", Secret(PASSWORD)), retries=3, backoff=0.001)
+        client.connect()  # the login route has no faults
         threading.Timer(0.2, lambda: setattr(server, "faults", Faults())).start()
         started = time.monotonic()
-        with pytest.raises(RequestFailed, match="401"):  # no token: the 429s pass, then a plain 4xx
-            client.request("POST", "/api/v1/knowledge/search", {"query": "x"}, authenticated=False)
+        with pytest.raises(RequestFailed, match="400"):  # an unknown field: the 429s pass, then a plain 4xx
+            client.request("POST", "/api/v1/knowledge/search", {"query": "x", "colour": "red"})
         assert time.monotonic() - started >= 1.0
-        assert client.stats.requests == 2 and client.stats.retries == 1
+        assert client.stats.requests == 1 + 2 and client.stats.retries == 1
         client.close()
     assert retry_after_seconds("3") == 3.0
     assert retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
