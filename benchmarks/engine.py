@@ -28,8 +28,6 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from joblib.externals.loky import get_reusable_executor  # noqa: E402
-
 from rqsweep.backends import embedded  # noqa: E402
 from rqsweep.corpus import Chunking, Corpus, Document, Memory  # noqa: E402
 from rqsweep.engine.batch import SettingsBatch, expected_positions  # noqa: E402
@@ -144,11 +142,9 @@ def bench(name: str, corpus: Corpus, queries: list[tuple[str, list[str]]], n_set
     # The job's workers: the same scoring (with the tie-order check) serially and split over 2 processes.
     alternates = [index.plan(q, keys, 10, tie_order="insertion", query_vector=v)
                   for (q, keys), v in zip(queries, vectors)]
-    pool = get_reusable_executor(max_workers=2, initializer=embedded._install, initargs=(plans, alternates, 10))
-    half = len(knobs) // 2
-    list(pool.map(embedded._score_installed, [batch[:2], batch[2:4]]))  # start the workers
+    embedded.score_in_processes(plans[:4], alternates[:4], batch[:2], 10, 2)  # start the workers
     serial = median_time(lambda: embedded._score(plans, alternates, batch, 10), 3)
-    split = median_time(lambda: list(pool.map(embedded._score_installed, [batch[:half], batch[half:]])), 3)
+    split = median_time(lambda: embedded.score_in_processes(plans, alternates, batch, 10, 2), 3)
     print(f"job scoring with the tie check: 1 worker {serial:.3f} s, 2 workers {split:.3f} s "
           f"({serial / split:.2f}x)")
 

@@ -261,6 +261,34 @@ def read_validation(value: object, file: Path) -> Validation | None:
 
 
 @dataclass(frozen=True)
+class WorkersConfig:
+    """Where the parallel work runs: `n` loky processes here, or a Dask cluster.
+
+    With `backend: dask`, no `address` starts a LocalCluster of `n` worker processes on this machine;
+    an `address` joins an existing cluster and waits until `n` of its workers are there.
+    `n` = -1: every core (loky, LocalCluster), or at least one worker (an existing cluster).
+    """
+
+    backend: Literal["loky", "dask"] = "loky"
+    n: int = 1
+    address: str | None = None
+
+
+def _workers(top: Section) -> WorkersConfig:
+    value = top.data.get("workers", 1)
+    count = (lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)")
+    if not isinstance(value, dict):
+        return WorkersConfig(n=top.get("workers", int, 1, *count))
+    sec = top.section("workers").only("backend", "n", "address")
+    backend = sec.choice("backend", ("loky", "dask"), "loky")
+    address = sec.get("address", str, None, lambda v: "://" in v and not v.endswith("://"),
+                      "expected a scheduler address such as tcp://host:8786")
+    if address is not None and backend != "dask":
+        raise sec.fail("address", address, "is only used with `backend: dask`")
+    return WorkersConfig(backend, sec.get("n", int, 1, *count), address)
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     path: Path
@@ -277,7 +305,7 @@ class JobConfig:
     constraints: tuple[Constraint, ...]
     metrics: tuple[str, ...] | None  # `metrics:`; None = the default set. Names are checked against the registry
     # by the job (rqsweep.metrics sits downstream of the config)
-    workers: int
+    workers: WorkersConfig
     output_dir: Path
     validation: Validation | None = Validation()
 
@@ -544,7 +572,7 @@ def load_config(path: Path) -> JobConfig:
         objective=Objective(obj.get("metric", str, "mrr"), obj.get("slice", str, "overall")),
         constraints=_constraints(top.data.get("constraints"), path),
         metrics=_metric_names(top),
-        workers=top.get("workers", int, 1, lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)"),
+        workers=_workers(top),
         output_dir=(base / out).resolve(),
         validation=read_validation(top.data.get("validation"), path),
     )

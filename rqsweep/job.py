@@ -9,7 +9,7 @@ import platform
 import shutil
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -238,7 +238,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     write_json(run_dir / "run.json", info)  # before the backend: a seed it starts can be resumed
     try:
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
-                                workers=config.workers if workers is None else workers)
+                                workers=config.workers if workers is None else replace(config.workers, n=workers))
     except BaseException:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
         if resume is None and not any(p.name != "run.json" for p in run_dir.iterdir()):

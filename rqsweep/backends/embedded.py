@@ -9,10 +9,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
-from joblib.externals.loky import ProcessPoolExecutor
+from joblib import Parallel, delayed, parallel_config
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
-from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig
+from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, delay_changes_positions, expected_positions, plan_query
 from rqsweep.engine.channels import Candidates
@@ -27,19 +27,31 @@ from rqsweep.scope import Scope
 _MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
 _PREPARE_LOG_SECONDS = 5.0
 
-_installed: tuple = ()  # a worker process's copy of the plans, sent once when the worker starts
+Scored = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) positions, (settings, queries) tie sensitivity
 
 
-def _install(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], limit: int) -> None:
-    global _installed
-    _installed = (plans, alternates, limit)
+def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
+                 scope: Scope, log: Callable[[str], None] = lambda _: None
+                 ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
+    """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
+    candidates in the index's tie order (for `ranked`)."""
+    plans: dict[str, list[QueryPlan]] = {order: [] for order in TIE_ORDERS}
+    kept: list[Candidates] = []
+    ages = index.memory_age_days()
+    started = last = time.monotonic()
+    for n, ((text, keys), vector) in enumerate(zip(queries, vectors), 1):
+        for order in TIE_ORDERS:
+            candidates = index.candidates(text, limit, scope, order, vector)
+            plans[order].append(plan_query(candidates, index.expected_rows(keys), ages))
+            if order == index.tie_order:
+                kept.append(candidates)
+        if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
+            last = time.monotonic()
+            log(f"candidates: {n}/{len(queries)} queries, {last - started:.0f}s")
+    return plans[index.tie_order], plans[next(o for o in TIE_ORDERS if o != index.tie_order)], kept
 
 
-def _score_installed(batch: SettingsBatch):
-    return _score(*_installed[:2], batch, _installed[2])
-
-
-def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int):
+def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int) -> Scored:
     """(settings, queries, keys) positions and (settings, queries) tie sensitivity.
 
     Small integer types: results travel back from worker processes, and limit <= 100.
@@ -55,6 +67,28 @@ def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: S
     return positions, tie
 
 
+def score_in_processes(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int,
+                       workers: int) -> Scored:
+    """`_score` over `workers` local loky processes through joblib, one shard of queries each."""
+    with parallel_config(backend="loky", n_jobs=workers):
+        parts = Parallel()(delayed(_score)(plans[a:b], alternates[a:b], batch, limit)
+                           for a, b in shard_bounds(len(plans), workers))
+    return join_shards(parts)
+
+
+def join_shards(parts: Sequence[Scored]) -> Scored:
+    """Shards of queries (in query order) scored for the same settings, as one (settings, queries, ...) result."""
+    width = max(p[0].shape[2] for p in parts)
+    positions = np.concatenate([np.pad(p[0], ((0, 0), (0, 0), (0, width - p[0].shape[2]))) for p in parts], axis=1)
+    return positions, np.concatenate([p[1] for p in parts], axis=1)
+
+
+def shard_bounds(n_queries: int, n_shards: int) -> list[tuple[int, int]]:
+    """`n_shards` contiguous, near-equal (start, stop) ranges of query indices (fewer when queries are few)."""
+    edges = np.linspace(0, n_queries, min(n_shards, n_queries) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+
+
 class EmbeddedBackend:
     """Evaluates a golden set on an `Index`: candidates once per query, then the fast path per setting.
 
@@ -68,45 +102,45 @@ class EmbeddedBackend:
     profile = EMBEDDED_PROFILE
     checkpoint_every = 2000  # settings: a few seconds of work, even on large golden sets
 
-    def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope, workers: int = 1,
-                 log: Callable[[str], None] = lambda _: None):
-        self.index, self.golden, self.limit, self.scope, self.workers = index, golden, limit, scope, workers
+    def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
+                 workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None):
+        self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
+        self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
         self.vectors = index.embed_queries([q.query for q in golden.queries])
-        self.candidates: list[Candidates] = []  # per query, in the index's tie order: `ranked` re-fuses them
-        plans = {order: [] for order in TIE_ORDERS}
-        ages = index.memory_age_days()
-        started = last = time.monotonic()
-        for n, (q, vector) in enumerate(zip(golden.queries, self.vectors), 1):
-            keys = [e.key for e in q.expected]
-            for order in TIE_ORDERS:
-                candidates = index.candidates(q.query, limit, scope, order, vector)
-                plans[order].append(plan_query(candidates, index.expected_rows(keys), ages))
-                if order == index.tie_order:
-                    self.candidates.append(candidates)
-            if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
-                last = time.monotonic()
-                log(f"candidates: {n}/{len(golden.queries)} queries, {last - started:.0f}s")
-        self.plans = plans[index.tie_order]
-        self.alternates = plans[next(o for o in TIE_ORDERS if o != index.tie_order)]
+        queries = [(q.query, tuple(e.key for e in q.expected)) for q in golden.queries]
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
-        self._pool: ProcessPoolExecutor | None = None
+        self.cluster, self._candidates = None, None
+        if self.workers.backend == "dask":
+            from rqsweep.backends.dask_shards import DaskShards
+
+            # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
+            self.cluster = DaskShards(index, queries, self.vectors, limit, scope, self.workers, log)
+        else:
+            self.plans, self.alternates, self._candidates = plan_queries(index, queries, self.vectors, limit, scope,
+                                                                         log)
+
+    @property
+    def candidates(self) -> list[Candidates]:
+        """Per query, in the index's tie order: `ranked` re-fuses them (fetched from the cluster on first use)."""
+        if self.cluster is not None and self._candidates is None:
+            self._candidates = self.cluster.candidates()
+        return self._candidates
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
-        workers = self.workers if self.workers > 0 else os.cpu_count() or 1
-        if workers == 1 or len(settings) * len(self.plans) < _MIN_PARALLEL_WORK:
-            parts = [_score(self.plans, self.alternates, batch, self.limit)]
+        if self.cluster is not None:
+            positions, tie = self.cluster.score(batch)
         else:
-            if self._pool is None:
-                # Workers keep the plans from their start-up; each task carries only its settings.
-                self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_install,
-                                                 initargs=(self.plans, self.alternates, self.limit))
-            step = -(-len(settings) // workers)
-            parts = list(self._pool.map(_score_installed, [batch[i : i + step] for i in range(0, len(settings), step)]))
-        positions = np.concatenate([p[0] for p in parts])
-        tie = np.concatenate([p[1] for p in parts])
+            positions, tie = self._score_here(batch)
         return outcome_frame(settings, [q.id for q in self.golden.queries], positions, self.n_expected,
                              tie_sensitive=tie)
+
+    def _score_here(self, batch: SettingsBatch) -> Scored:
+        """In this process, or over local loky processes through joblib, a shard of queries per process."""
+        workers = self.workers.n if self.workers.n > 0 else os.cpu_count() or 1
+        if workers == 1 or len(batch) * len(self.plans) < _MIN_PARALLEL_WORK:
+            return _score(self.plans, self.alternates, batch, self.limit)
+        return score_in_processes(self.plans, self.alternates, batch, self.limit, workers)
 
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
         """Golden queries' ranked lists under one setting (all by default), by the reference path from the
@@ -119,9 +153,9 @@ class EmbeddedBackend:
                 if wanted is None or q.id in wanted}
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
 
 
 EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
@@ -139,7 +173,7 @@ def build_embedder(config: EmbeddedConfig) -> Embedder:
     return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder
 
 
-def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: int,
+def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: WorkersConfig | int,
                            log: Callable[[str], None], run_dir: Path | None = None) -> EmbeddedBackend:
     """Chunk, embed and index the corpus, then extract every golden query's candidates."""
     started = time.monotonic()
