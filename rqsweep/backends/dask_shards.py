@@ -11,6 +11,7 @@ re-sending or re-extracting every shard's candidates for each batch is the cost 
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from contextlib import contextmanager
 from typing import Callable, Sequence
@@ -41,6 +42,9 @@ class DaskShards:
 
         self.limit = limit
         self._cluster = None
+        for name in ("distributed.client", "distributed.comm"):
+            # Their reconnection tracebacks would bury the BackendError that says what happened and what to do.
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
             if workers.address is None:
                 self._cluster = LocalCluster(n_workers=workers.n if workers.n > 0 else None, threads_per_worker=1,

@@ -1,0 +1,194 @@
+"""Sweeps on a Dask cluster: the same grid and query table as one process, through worker and scheduler loss."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+import yaml
+
+from rqsweep import job
+from rqsweep.config import WorkersConfig, load_config
+from rqsweep.errors import InputError
+from tests.minijob import write_job
+
+ROOT = Path(__file__).resolve().parents[1]
+DASK = Path(sys.executable).parent / "dask"
+RUN_SPECIFIC = ("run_id", "config_sha256")  # the Dask run's config file differs: everything else must not
+SMALL_SWEEP = {"strategy": "grid", "knobs": {
+    "rrf_k": {"values": [5, 60]},
+    "min_similarity": {"include_off": True, "low": 0.1, "high": 0.2, "step": 0.1},
+    "recency_half_life_days": {"values": [0, 30]},
+}}
+
+
+def handbook_job(folder: Path, workers: object) -> Path:
+    """configs/handbook.yaml with a 12-setting sweep, writing under `folder`."""
+    config = yaml.safe_load((ROOT / "configs" / "handbook.yaml").read_text())
+    config.update(corpus=str(ROOT / "configs" / "handbook" / "corpus.yaml"),
+                  golden=str(ROOT / "configs" / "handbook" / "golden.yaml"),
+                  sweep=SMALL_SWEEP, workers=workers, output_dir="results")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "handbook.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def tables(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    return tuple(pl.read_parquet(run_dir / f"{name}.parquet").drop(RUN_SPECIFIC, strict=False)
+                 for name in ("grid", "queries"))
+
+
+def assert_same_results(run_dir: Path, reference: Path) -> None:
+    (grid, queries), (want_grid, want_queries) = tables(run_dir), tables(reference)
+    assert grid.height > 0 and queries.height > 0
+    assert grid.equals(want_grid)
+    assert queries.equals(want_queries)
+
+
+@pytest.fixture(scope="module")
+def handbook_reference(tmp_path_factory):
+    return job.run(handbook_job(tmp_path_factory.mktemp("serial"), 1), quiet=True).run_dir
+
+
+def test_workers_accepts_the_integer_and_the_mapping(tmp_path):
+    assert load_config(write_job(tmp_path / "a", workers=3)).workers == WorkersConfig("loky", 3)
+    config = load_config(write_job(tmp_path / "b", workers={"backend": "dask", "n": 2,
+                                                             "address": "tcp://10.1.2.3:8786"}))
+    assert config.workers == WorkersConfig("dask", 2, "tcp://10.1.2.3:8786")
+    assert load_config(write_job(tmp_path / "c", workers={"backend": "dask"})).workers == WorkersConfig("dask", 1)
+
+
+@pytest.mark.parametrize("workers, where, problem", [
+    ({"backend": "spark"}, "workers.backend", "'spark': expected one of loky, dask"),
+    ({"backend": "dask", "n": 0}, "workers.n", "0: must be >= 1"),
+    ({"backend": "loky", "address": "tcp://h:8786"}, "workers.address", "is only used with `backend: dask`"),
+    ({"backend": "dask", "address": "h:8786"}, "workers.address", "'h:8786': expected a scheduler address"),
+    ({"backend": "dask", "nodes": 2}, "workers.nodes", "unknown key"),
+    ([2], "workers", "expected int"),
+])
+def test_bad_workers_name_file_key_and_value(tmp_path, workers, where, problem):
+    path = write_job(tmp_path, workers=workers)
+    with pytest.raises(InputError) as caught:
+        load_config(path)
+    assert caught.value.file == str(path) and caught.value.where == where and problem in caught.value.problem
+
+
+def test_a_local_dask_cluster_gives_the_single_process_results(tmp_path, handbook_reference, capfd):
+    outcome = job.run(handbook_job(tmp_path, {"backend": "dask", "n": 2}), quiet=False)
+    assert_same_results(outcome.run_dir, handbook_reference)
+    log = capfd.readouterr().err
+    assert "dask: 2 workers at tcp://127.0.0.1:" in log and "candidates: shard 8/8 on the cluster" in log
+
+
+def test_a_synthetic_corpus_on_an_existing_cluster_gives_the_single_process_results(tmp_path):
+    from distributed import LocalCluster
+
+    serial = job.run(write_job(tmp_path / "serial"), quiet=True).run_dir
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        config = write_job(tmp_path / "dask", workers={"backend": "dask", "n": 3,
+                                                       "address": cluster.scheduler_address})
+        outcome = job.run(config, quiet=True)
+    assert_same_results(outcome.run_dir, serial)
+
+
+def test_a_worker_killed_mid_shard_changes_nothing(tmp_path, handbook_reference):
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as monitor:
+        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address})
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(done=job.run(config, quiet=True)))
+        runner.start()
+        pids = monitor.run(os.getpid)  # worker address -> its process id
+        killed = None
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline:
+            for address, keys in monitor.processing().items():
+                if any("plan_queries" in str(k) for k in keys):  # a shard's candidates are being extracted
+                    killed = pids[address]
+                    os.kill(killed, signal.SIGKILL)
+                    break
+            time.sleep(0.05)
+        runner.join(300)
+    assert killed is not None, "no shard was seen running"
+    assert_same_results(outcome["done"].run_dir, handbook_reference)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_cluster(port: int) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """A `dask scheduler` and a `dask worker` with 2 processes on loopback, as an operator would start them."""
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                                 **quiet)
+    workers = subprocess.Popen([DASK, "worker", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1", "--nworkers", "2",
+                                "--nthreads", "1", "--no-dashboard"], **quiet)
+    return scheduler, workers
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Kill the process and what it started (its own session), and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(30)
+
+
+# The checkpoint is shortened so that the kill lands between recorded batches; the rest is the real command.
+RUN = ("import sys; from rqsweep.backends.embedded import EmbeddedBackend; from rqsweep.cli import main; "
+       "EmbeddedBackend.checkpoint_every = 10; sys.exit(main(sys.argv[1:]))")
+
+
+def test_a_lost_scheduler_exits_3_and_resume_completes(tmp_path):
+    sweep = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41))},
+                                            "min_similarity": {"include_off": True, "low": 0.1, "high": 0.3,
+                                                               "step": 0.1},
+                                            "recency_half_life_days": {"values": [0, 1, 7, 30, 365]}}}
+    serial = job.run(write_job(tmp_path / "serial", sweep), quiet=True).run_dir
+    port = free_port()
+    config = write_job(tmp_path / "dask", sweep, workers={"backend": "dask", "n": 2,
+                                                          "address": f"tcp://127.0.0.1:{port}"})
+    scheduler, workers = start_cluster(port)
+    try:
+        run = subprocess.Popen([sys.executable, "-c", RUN, str(config), "--quiet"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        parts = []
+        deadline = time.monotonic() + 120
+        while len(parts) < 2 and run.poll() is None and time.monotonic() < deadline:
+            parts = list((tmp_path / "dask" / "results").glob("mini/*/state/part-*.parquet"))
+            time.sleep(0.02)
+        scheduler.kill()
+        out, err = run.communicate(timeout=180)
+    finally:
+        stop(scheduler)
+        stop(workers)
+    assert run.returncode == 3, err
+    assert "Dask: the cluster stopped answering" in err and "Traceback" not in err
+    (run_dir,) = (tmp_path / "dask" / "results" / "mini").iterdir()
+    recorded = len(list((run_dir / "state").glob("part-*.parquet")))
+    assert recorded >= 2 and not (run_dir / "grid.parquet").exists()
+
+    scheduler, workers = start_cluster(port)
+    try:
+        resumed = subprocess.run([sys.executable, "-c", RUN, str(config), "--quiet", "--resume", str(run_dir)],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        stop(scheduler)
+        stop(workers)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_same_results(run_dir, serial)
