@@ -1,0 +1,115 @@
+"""Dask benchmark: index build, candidate extraction and whole-job wall time on 1 process vs N Dask workers.
+
+    .venv/bin/python benchmarks/dask.py                          # 100,000 chunks, 1,000 queries, 1 and 2 workers
+    .venv/bin/python benchmarks/dask.py --chunks 20000 --workers 1 2 4
+
+Uses benchmarks/engine.py's synthetic corpus and settings. "Whole job" here is what the backend does for a
+run: build the index, extract every query's candidates, evaluate every setting in the job's checkpoint
+batches (reading and writing files is the same for every engine and left out). Then fits the cost model of
+docs/scaling.md to the one-process run and prints its prediction next to each Dask run's measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import pickle
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# This file's name would shadow the dask package: take its folder off the import path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+sys.path.insert(0, str(HERE.parent))
+
+_spec = importlib.util.spec_from_file_location("bench_engine", HERE / "engine.py")
+bench_engine = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_engine)  # also pins BLAS to one thread, as the single-core figures need
+
+import numpy as np  # noqa: E402
+
+from rqsweep.backends.embedded import EmbeddedBackend  # noqa: E402
+from rqsweep.config import Chunking, WorkersConfig  # noqa: E402
+from rqsweep.engine.batch import SettingsBatch  # noqa: E402
+from rqsweep.engine.embed import FeatureHashEmbedder  # noqa: E402
+from rqsweep.engine.index import Index  # noqa: E402
+from rqsweep.golden import Expected, GoldenQuery, GoldenSet  # noqa: E402
+from rqsweep.scope import Scope  # noqa: E402
+
+LIMIT = 10
+
+
+def golden_of(queries: list[tuple[str, str]]) -> GoldenSet:
+    return GoldenSet(Path("synthetic"), "", tuple(
+        GoldenQuery(f"q{i}", "all", text, (Expected("memory" if key.startswith("mem-") else "document", key),))
+        for i, (text, key) in enumerate(queries)), None, ())
+
+
+def timed_job(index: Index, golden: GoldenSet, settings, workers: WorkersConfig) -> dict[str, float]:
+    """Seconds to extract candidates (and, on Dask, start, scatter) and to evaluate every setting."""
+    marks: dict[str, float] = {}
+
+    def log(line: str) -> None:
+        if line.startswith("dask: ") and " workers at " in line:
+            marks["started"] = time.perf_counter()
+        elif line.startswith("dask: index scattered"):
+            marks["scattered"] = time.perf_counter()
+
+    t0 = time.perf_counter()
+    backend = EmbeddedBackend(index, golden, LIMIT, Scope(), workers, log)
+    t1 = time.perf_counter()
+    try:
+        for start in range(0, len(settings), EmbeddedBackend.checkpoint_every):
+            backend.evaluate(settings[start : start + EmbeddedBackend.checkpoint_every])
+        t2 = time.perf_counter()
+        # A one-setting batch: the fixed cost of a round of shard tasks (dispatch, scheduling, gather).
+        backend.evaluate(settings[:1])
+        t3 = time.perf_counter()
+    finally:
+        backend.close()
+    started, scattered = marks.get("started", t0), marks.get("scattered", t0)
+    return {"start": started - t0, "scatter": scattered - started, "extract": t1 - scattered,
+            "evaluate": t2 - t1, "round": t3 - t2}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=1000, help="at most 1,000 (the generator's query count)")
+    ap.add_argument("--settings", type=int, default=2000)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = ap.parse_args()
+
+    corpus, queries = bench_engine.synthetic_corpus(args.chunks, args.chunks // 10)
+    golden = golden_of(queries[: args.queries])
+    settings = bench_engine.settings_grid(args.settings)
+    Q, S = len(golden.queries), len(settings)
+    print(f"== synthetic {args.chunks} chunks, {len(corpus.memories)} memories, {Q} queries, {S} settings")
+    t = time.perf_counter()
+    index = Index.build(corpus, FeatureHashEmbedder(1024), Chunking("size", 1000, 200))
+    build = time.perf_counter() - t
+    size = len(pickle.dumps(index.stores, protocol=5))
+    print(f"index build: {build:.1f} s; index as shipped: {size / 2**20:.0f} MiB")
+
+    one = timed_job(index, golden, settings, WorkersConfig("loky", 1))
+    per_query, per_cell = one["extract"] / Q, one["evaluate"] / (S * Q)
+    print(f"1 process: extraction {one['extract']:.1f} s ({per_query * 1e3:.1f} ms/query), evaluation "
+          f"{one['evaluate']:.2f} s ({per_cell * 1e9:.0f} ns/cell), whole job {build + one['extract'] + one['evaluate']:.1f} s")
+    batches = -(-S // EmbeddedBackend.checkpoint_every)
+    for n in args.workers:
+        run = timed_job(index, golden, settings, WorkersConfig("dask", n))
+        whole = build + run["start"] + run["scatter"] + run["extract"] + run["evaluate"]
+        shard_bytes = EmbeddedBackend.checkpoint_every * -(-Q // (4 * n)) * 3  # int16 position + bool tie per cell
+        # Start-up and scatter are measured; the model predicts how extraction and evaluation divide over n.
+        predicted = (build + run["start"] + run["scatter"] + per_query * Q / n + per_cell * S * Q / n
+                     + batches * run["round"])
+        print(f"dask {n} worker(s): start {run['start']:.1f} s, scatter {run['scatter']:.2f} s "
+              f"({size / max(run['scatter'], 1e-9) / 2**20:.0f} MiB/s), extraction {run['extract']:.1f} s, "
+              f"evaluation {run['evaluate']:.2f} s, a round of shard tasks {run['round'] * 1e3:.0f} ms "
+              f"(~{shard_bytes / 1024:.0f} KiB back per shard and batch); whole job {whole:.1f} s, "
+              f"model {predicted:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
