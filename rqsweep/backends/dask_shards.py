@@ -21,6 +21,7 @@ import numpy as np
 from rqsweep.backends.embedded import Scored, _score, join_shards, plan_queries, shard_bounds
 from rqsweep.config import WorkersConfig
 from rqsweep.engine.batch import SettingsBatch
+from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
 from rqsweep.errors import BackendError
 from rqsweep.scope import Scope
@@ -29,8 +30,13 @@ SHARDS_PER_WORKER = 4  # smaller shards balance uneven queries and re-run less w
 CONNECT_SECONDS = 30
 
 
-def _score_shard(plans: tuple, batch: SettingsBatch, limit: int) -> Scored:
-    return _score(*plans, batch, limit)
+def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> Scored:
+    plans, alternates, _ = extracted
+    return _score(plans, alternates, batch, limit)
+
+
+def _candidates_of(extracted: tuple) -> list[Candidates]:
+    return extracted[2]
 
 
 class DaskShards:
@@ -85,6 +91,12 @@ class DaskShards:
             tasks = [self.client.submit(_score_shard, plans, batch_future, self.limit, pure=False)
                      for plans in self.plans]
             return join_shards(self.client.gather(tasks))
+
+    def candidates(self) -> list[Candidates]:
+        """Every query's candidates in the index's tie order, in query order: small, fetched for `ranked`."""
+        with _cluster_errors():
+            parts = self.client.gather([self.client.submit(_candidates_of, shard, pure=False) for shard in self.plans])
+        return [c for part in parts for c in part]
 
     def close(self) -> None:
         client = getattr(self, "client", None)
