@@ -44,10 +44,19 @@ class DaskShards:
 
     def __init__(self, index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
                  scope: Scope, workers: WorkersConfig, log: Callable[[str], None]):
-        from distributed import Client, LocalCluster, as_completed
-
         self.limit = limit
-        self._cluster = None
+        self.client, self._cluster = None, None
+        try:
+            self._connect(workers, log)
+            with _cluster_errors():
+                self.shards = self._extract(index, queries, vectors, scope, log)
+        except BaseException:
+            self.close()  # a LocalCluster's processes must not outlive a failed start
+            raise
+
+    def _connect(self, workers: WorkersConfig, log: Callable[[str], None]) -> None:
+        from distributed import Client, LocalCluster  # first: importing it sets its loggers' levels
+
         for name in ("distributed.client", "distributed.comm"):
             # Their reconnection tracebacks would bury the BackendError that says what happened and what to do.
             logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -60,48 +69,50 @@ class DaskShards:
                 self.client = Client(workers.address, timeout=CONNECT_SECONDS)
                 self.client.wait_for_workers(max(workers.n, 1), timeout=CONNECT_SECONDS)
         except (OSError, TimeoutError) as exc:
-            self.close()
             raise BackendError(f"Dask: cannot reach a cluster at {workers.address or 'a new LocalCluster'} "
                                f"with {max(workers.n, 1)} worker(s): {exc}") from None
+        info = self.client.scheduler_info()
+        dashboard = f", dashboard {self.client.dashboard_link}" if "dashboard" in info.get("services", {}) else ""
+        log(f"dask: {len(info['workers'])} workers at {self.client.scheduler.address}{dashboard}")
+
+    def _extract(self, index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray,
+                 scope: Scope, log: Callable[[str], None]) -> list:
+        """Futures of each shard's (plans, alternates, candidates), computed and kept on the workers."""
+        from distributed import as_completed
+
         n_workers = len(self.client.scheduler_info()["workers"])
-        dashboard = self.client.dashboard_link if "dashboard" in self.client.scheduler_info().get("services", {}) \
-            else None
-        log(f"dask: {n_workers} workers at {self.client.scheduler.address}"
-            + (f", dashboard {dashboard}" if dashboard else ""))
         # The embedder stays here: queries arrive embedded, so a remote provider's client never travels.
         shipped = copy.copy(index)
         shipped.embedder = None
         started = time.monotonic()
         index_future = self.client.scatter(shipped, broadcast=True, hash=False)
         log(f"dask: index scattered to {n_workers} workers in {time.monotonic() - started:.1f}s")
-        self.bounds = shard_bounds(len(queries), SHARDS_PER_WORKER * n_workers)
-        self.plans = [self.client.submit(plan_queries, index_future, list(queries[a:b]), vectors[a:b], limit, scope,
-                                         pure=False) for a, b in self.bounds]
+        shards = [self.client.submit(plan_queries, index_future, list(queries[a:b]), vectors[a:b], self.limit, scope,
+                                     pure=False) for a, b in shard_bounds(len(queries), SHARDS_PER_WORKER * n_workers)]
         started = time.monotonic()
-        with _cluster_errors():
-            for n, shard in enumerate(as_completed(self.plans), 1):
-                if shard.status != "finished":
-                    shard.result()  # raises the shard's error here; a finished shard's candidates stay put
-                log(f"candidates: shard {n}/{len(self.plans)} on the cluster, {time.monotonic() - started:.0f}s")
+        for n, shard in enumerate(as_completed(shards), 1):
+            if shard.status != "finished":
+                shard.result()  # raises the shard's error here; a finished shard's candidates stay put
+            log(f"candidates: shard {n}/{len(shards)} on the cluster, {time.monotonic() - started:.0f}s")
+        return shards
 
     def score(self, batch: SettingsBatch) -> Scored:
         """Every query's positions for the batch: one task per shard, where that shard's candidates live."""
         with _cluster_errors():
             batch_future = self.client.scatter(batch, broadcast=False, hash=False)
-            tasks = [self.client.submit(_score_shard, plans, batch_future, self.limit, pure=False)
-                     for plans in self.plans]
+            tasks = [self.client.submit(_score_shard, shard, batch_future, self.limit, pure=False)
+                     for shard in self.shards]
             return join_shards(self.client.gather(tasks))
 
     def candidates(self) -> list[Candidates]:
         """Every query's candidates in the index's tie order, in query order: small, fetched for `ranked`."""
         with _cluster_errors():
-            parts = self.client.gather([self.client.submit(_candidates_of, shard, pure=False) for shard in self.plans])
+            parts = self.client.gather([self.client.submit(_candidates_of, shard, pure=False) for shard in self.shards])
         return [c for part in parts for c in part]
 
     def close(self) -> None:
-        client = getattr(self, "client", None)
-        if client is not None:
-            client.close()
+        if self.client is not None:
+            self.client.close()
         if self._cluster is not None:
             self._cluster.close()
 
