@@ -74,3 +74,15 @@ def query_rows(setting_id: str, slice_: str, ranks: list[int | None], prefix: st
         pl.when(pl.col("rank") > 0).then(1.0 / pl.col("rank")).otherwise(0.0).alias("mrr"),
     ).with_columns(pl.when(pl.col("error").is_null()).then(pl.col(m)).alias(m)
                    for m in ("rank", "recall_at_5", "recall_at_10", "mrr"))
+
+
+def outcome_rows(setting_id: str, errors: list[str | None], position: int = 1) -> pl.DataFrame:
+    """A backend's rows for one setting, one query per entry of `errors` (None: found at `position`)."""
+    from rqsweep.backends.base import OUTCOME_SCHEMA
+
+    n = len(errors)
+    return pl.DataFrame({
+        "setting_id": [setting_id] * n, "rrf_k": [60] * n, "min_similarity": [None] * n,
+        "recency_half_life_days": [0.0] * n, "query_id": [f"q{i}" for i in range(n)],
+        "positions": [None if e else [position] for e in errors], "error": errors, "tie_sensitive": [None] * n,
+    }, schema=OUTCOME_SCHEMA)
