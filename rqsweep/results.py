@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -56,35 +57,64 @@ class LocalRunState:
     """Per-query rows in numbered Parquet parts under `<run>/state/`; each part is written atomically.
 
     `schema` is the backend contract's row schema: the state keeps what backends return, untouched.
+    A part's number orders it: where two parts hold the same (setting, query), the higher-numbered one
+    supersedes the other, and a setting keeps the place of its first evaluation. A new part takes the
+    number after the highest, so a gap left by a deleted part never makes it overwrite another.
     """
 
     def __init__(self, folder: Path, schema: Mapping[str, pl.DataType]):
         self.folder, self.schema = folder, dict(schema)
         folder.mkdir(parents=True, exist_ok=True)
-        self._parts = sorted(folder.glob("part-*.parquet"))
+        parts = sorted((_part_number(p), p) for p in folder.glob("part-*.parquet"))
+        self._next = parts[-1][0] + 1 if parts else 0
         # Kept in memory too: optimisers ask for rows of finished settings after every batch.
-        self._rows = [pl.read_parquet(p).cast(self.schema) for p in self._parts]
-        self._finished = set()
-        for rows in self._rows:
-            self._finished.update(rows["setting_id"].unique().to_list())
+        self._parts = [_read_part(p, self.schema) for _, p in parts]
+        self._current: pl.DataFrame | None = None
+        self._finished = set(self.rows()["setting_id"].unique().to_list())
 
     def finished(self) -> set[str]:
         return set(self._finished)
 
     def record(self, rows: pl.DataFrame) -> None:
+        """Keep the rows of some settings, every query of each, in a new part."""
         if rows.is_empty():
             return
-        path = self.folder / f"part-{len(self._parts):06d}.parquet"
         rows = rows.select(list(self.schema)).cast(self.schema)
-        write_parquet(path, rows)
-        self._parts.append(path)
-        self._rows.append(rows)
+        write_parquet(self.folder / f"part-{self._next:06d}.parquet", rows)
+        self._next += 1
+        self._parts.append(rows)
+        self._current = None
         self._finished.update(rows["setting_id"].unique().to_list())
 
     def rows(self) -> pl.DataFrame:
-        if not self._rows:
-            return pl.DataFrame(schema=self.schema)
-        return pl.concat(self._rows)
+        """One row per (setting, query): the latest part's, settings in the order they were first evaluated."""
+        if self._current is None:
+            if not self._parts:
+                return pl.DataFrame(schema=self.schema)
+            rows = pl.concat(self._parts).with_row_index("at")
+            self._current = (
+                rows.with_columns(pl.col("at").min().over("setting_id").alias("first"))
+                .filter(pl.col("at") == pl.col("at").max().over("setting_id", "query_id"))
+                .sort("first", "at")
+                .drop("at", "first")
+            )
+        return self._current
+
+
+def _part_number(path: Path) -> int:
+    match = re.fullmatch(r"part-(\d+)\.parquet", path.name)
+    if match is None:
+        raise InputError(path, "", "not a state part's name (part-<number>.parquet): move it out of the state folder")
+    return int(match[1])
+
+
+def _read_part(path: Path, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path).select(list(schema)).cast(schema)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(path, "", f"unreadable state part ({problem}): delete it to have its settings "
+                                   "re-evaluated by --resume") from None
 
 
 def load_run_json(run_dir: Path) -> dict:
