@@ -46,7 +46,7 @@ class RunState(Protocol):
     RDB storage on PostgreSQL) can stand behind the same three calls.
     """
 
-    def finished(self) -> set[str]: ...
+    def finished(self) -> set[str]: ...  # settings evaluated without a failed search
 
     def record(self, rows: pl.DataFrame) -> None: ...
 
@@ -60,6 +60,9 @@ class LocalRunState:
     A part's number orders it: where two parts hold the same (setting, query), the higher-numbered one
     supersedes the other, and a setting keeps the place of its first evaluation. A new part takes the
     number after the highest, so a gap left by a deleted part never makes it overwrite another.
+
+    A setting is finished when none of its searches failed: a failed search (a server that died, a
+    timeout) is work left for `--resume`, whose new rows replace the failed ones.
     """
 
     def __init__(self, folder: Path, schema: Mapping[str, pl.DataType]):
@@ -70,7 +73,7 @@ class LocalRunState:
         # Kept in memory too: optimisers ask for rows of finished settings after every batch.
         self._parts = [_read_part(p, self.schema) for _, p in parts]
         self._current: pl.DataFrame | None = None
-        self._finished = set(self.rows()["setting_id"].unique().to_list())
+        self._finished = set(_complete_settings(self.rows()))
 
     def finished(self) -> set[str]:
         return set(self._finished)
@@ -84,7 +87,9 @@ class LocalRunState:
         self._next += 1
         self._parts.append(rows)
         self._current = None
-        self._finished.update(rows["setting_id"].unique().to_list())
+        complete = _complete_settings(rows)
+        self._finished.update(complete)
+        self._finished.difference_update(set(rows["setting_id"].unique().to_list()) - complete)
 
     def rows(self) -> pl.DataFrame:
         """One row per (setting, query): the latest part's, settings in the order they were first evaluated."""
@@ -99,6 +104,12 @@ class LocalRunState:
                 .drop("at", "first")
             )
         return self._current
+
+
+def _complete_settings(rows: pl.DataFrame) -> set[str]:
+    """The settings among `rows` without a failed search."""
+    ok = rows.group_by("setting_id").agg(pl.col("error").is_null().all().alias("ok")).filter("ok")
+    return set(ok["setting_id"].to_list())
 
 
 def _part_number(path: Path) -> int:
