@@ -6,7 +6,8 @@
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
-A run writes its results and report.md / report.html into its run folder, then applies the gate
+A run writes its results and report.md / report.html into its run folder, marks it complete (the
+`status` of its run.json: report, gate and --compare refuse an unfinished folder), then applies the gate
 when asked (`--compare`, `--gate-file`). `--update-gate-file` accepts the run's numbers: it rewrites
 the gate file instead of gating against it (a previous run given with --compare still gates).
 
@@ -133,11 +134,8 @@ def _apply_gate(run_dir: Path, previous: Path | None, args: argparse.Namespace) 
     return 0
 
 
-def _write_report(run_dir: Path) -> None:
-    from rqsweep.report import write_report
-
-    md, html = write_report(run_dir)
-    print(f"Report: {md} and {html}")
+def _print_report(run_dir: Path) -> None:
+    print(f"Report: {run_dir / 'report.md'} and {run_dir / 'report.html'}")
 
 
 def _run(argv: list[str]) -> int:
@@ -158,17 +156,20 @@ def _run(argv: list[str]) -> int:
         outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
                           output_dir=args.output_dir)
     except NoFeasibleSetting as exc:
-        _write_report(Path(exc.run_dir))
+        _print_report(Path(exc.run_dir))
         raise
     print(outcome.summary)
     print(f"Results: {outcome.run_dir}")
-    _write_report(outcome.run_dir)
+    _print_report(outcome.run_dir)
     return _apply_gate(outcome.run_dir, args.compare, args)
 
 
 def _report(argv: list[str]) -> int:
+    from rqsweep.report import write_report
+
     args = _report_parser().parse_args(argv)
-    _write_report(args.run_dir)
+    write_report(args.run_dir)
+    _print_report(args.run_dir)
     return 0
 
 

@@ -24,6 +24,7 @@ from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
+from rqsweep.report import write_report
 from rqsweep.report.summary import summarise
 from rqsweep.results import (
     LocalRunState, grid_table, hits_table, load_run_json, new_run_id, query_table, redact, settings_of,
@@ -267,6 +268,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
                                                                  metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, done.settings, held_out)
+    write_report(run_dir, finished=False)
+    # The marker that the folder is finished, written after every other file: readers check it.
     info.update({
         "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
         "backend": backend.name, "strategy": config.sweep.strategy, "sweep": config.sweep.source,

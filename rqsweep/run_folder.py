@@ -1,6 +1,7 @@
 """A finished run read back from its Parquet files: the grid, the per-query table and the job config.
 
-Shared by what reads finished runs: the report and the gate.
+Shared by what reads finished runs: the report and the gate. A run is finished when its run.json says
+`"status": "complete"`, which the run writes after every other file (grid, per-query table, report).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rqsweep.engine.index import DEFAULT_LIMIT
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
+from rqsweep.results import load_run_json
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,28 @@ class RunFolder:
         return pl.scan_parquet(path).filter(pl.col("setting_id").is_in(setting_ids)).collect()
 
 
-def read_run_folder(path: Path) -> RunFolder:
-    """Read a run folder's grid and config; raises InputError when it is not a finished run."""
+def check_finished(path: Path) -> None:
+    """Raise InputError, naming the folder and how to finish it, unless `path` holds a finished run."""
+    if not (path / "run.json").exists():
+        raise InputError(path, "", "not a run folder (no run.json)")
+    info = load_run_json(path)
+    status = info.get("status")
+    if status != "complete":
+        config = info.get("config_path") or "CONFIG"
+        raise InputError(path, "", f"an unfinished run (status {status!r}): its results are missing or partial; "
+                                   f"finish it with `rqsweep {config} --resume {path}`")
+
+
+def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
+    """Read a run folder's grid and config; raises InputError when it is not a finished run.
+
+    `finished=False` is for the run itself, which writes its report before marking its folder complete.
+    """
+    if finished:
+        check_finished(path)
     grid_path = path / "grid.parquet"
     if not grid_path.exists():
-        raise InputError(grid_path, "", "missing: not a finished run folder (a run writes grid.parquet last)")
+        raise InputError(grid_path, "", "missing: the run folder has no grid")
     metadata = pq.read_schema(grid_path).metadata or {}
     config = json.loads(metadata.get(b"rqsweep.config", b"{}"))
     grid = pl.read_parquet(grid_path)

@@ -66,7 +66,7 @@ def test_gate_command_exit_codes(tmp_path, previous, capsys):
 def test_invalid_folders_and_arguments_exit_2(tmp_path, previous, capsys):
     assert main(["report", str(tmp_path / "nowhere")]) == 2
     assert main(["gate", str(previous), str(tmp_path / "nowhere")]) == 2
-    assert "grid.parquet" in capsys.readouterr().err
+    assert "not a run folder" in capsys.readouterr().err
     for argv in (["gate", str(previous)], ["gate", str(previous), "--update-gate-file"],
                  ["gate", str(previous), str(previous), "--tolerance", "-1"]):
         with pytest.raises(SystemExit) as exc:
@@ -87,12 +87,12 @@ def test_gate_file_round_trip_through_the_command_line(tmp_path, previous, capsy
     assert main(["gate", str(worse), "--gate-file", str(gate_file)]) == 0
 
 
-def test_run_writes_the_report_then_gates(previous, sweep_writes, capsys):
-    run_dir = sweep_writes(GOOD)
+def test_run_names_the_report_then_gates(previous, sweep_writes, capsys):
+    run_dir = sweep_writes(GOOD)  # the run writes its report (tests/test_run_completion.py)
     assert main(["config.yaml", "--compare", str(previous)]) == 0
     out = capsys.readouterr().out
     assert "summary of the run" in out and "Gate passed" in out
-    assert (run_dir / "report.md").exists() and (run_dir / "report.html").exists()
+    assert f"Report: {run_dir / 'report.md'} and {run_dir / 'report.html'}" in out
 
 
 def test_run_with_a_regression_exits_5(previous, sweep_writes, capsys):
@@ -107,13 +107,13 @@ def test_run_refuses_a_missing_reference_before_searching(tmp_path, monkeypatch)
     assert main(["config.yaml", "--gate-file", str(tmp_path / "missing.json")]) == 2
 
 
-def test_run_without_a_feasible_setting_still_writes_the_report(tmp_path, sweep_writes, capsys):
+def test_run_without_a_feasible_setting_still_names_the_report(tmp_path, sweep_writes, capsys):
     run_dir = sweep_writes(GOOD, feasible=False)
     gate_file = tmp_path / "gate.json"
     assert main(["config.yaml", "--gate-file", str(gate_file), "--update-gate-file"]) == 4
-    assert (run_dir / "report.md").exists()
     assert not gate_file.exists()  # a run with nothing feasible never becomes the committed "before"
-    assert "No feasible setting" in capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert f"Report: {run_dir / 'report.md'}" in out and "No feasible setting" in err
 
 
 def test_dry_run_makes_no_search(monkeypatch, capsys):

@@ -12,12 +12,13 @@ from rqsweep.run_folder import read_run_folder
 __all__ = ["write_report"]
 
 
-def write_report(run_dir: Path) -> tuple[Path, Path]:
+def write_report(run_dir: Path, *, finished: bool = True) -> tuple[Path, Path]:
     """Write `report.md` and `report.html` into `run_dir` from its grid.parquet and queries.parquet alone.
 
-    Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder.
+    Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder
+    (`finished=False`: the run writing its own report before it marks its folder complete).
     """
-    run = read_run_folder(run_dir)
+    run = read_run_folder(run_dir, finished=finished)
     blocks = document.build(run)
     md, page = run_dir / "report.md", run_dir / "report.html"
     write_text(md, to_markdown(blocks))
