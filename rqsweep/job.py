@@ -27,7 +27,8 @@ from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.summary import summarise
 from rqsweep.results import (
-    LocalRunState, grid_table, hits_table, load_run_json, new_run_id, query_table, redact, settings_of,
+    LOCK_FILE, LocalRunState, grid_table, hits_table, holding, load_run_json, new_run_folder, query_table, redact,
+    settings_of,
 )
 from rqsweep.space import grid
 from rqsweep.strategy import run_grid, run_optimize
@@ -205,7 +206,10 @@ def _setting_record(grid_frame: pl.DataFrame, knobs: Knobs, names: tuple[str, ..
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
         output_dir: Path | None = None, now: datetime | None = None) -> Outcome:
-    """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing."""
+    """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing.
+
+    The run holds its folder's lock throughout: a second process on the folder gets an InputError.
+    """
     started = time.monotonic()
     progress = Progress(0, "rqsweep", quiet=quiet)
     inputs = load_inputs(config_path, progress.log)
@@ -221,11 +225,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
                              "the config, sweep, corpus or golden set changed since this run started")
         run_dir, run_id, started_at = resume, previous["run_id"], previous.get("started_at", started_at)
     else:
-        run_id = new_run_id(config.sha256, inputs.golden.sha256, now)
-        run_dir = (output_dir or config.output_dir) / config.name / run_id
-        run_dir.mkdir(parents=True, exist_ok=False)
-    for w in inputs.golden.warnings:
-        progress.log(f"warning: {w}")
+        run_id, run_dir = new_run_folder((output_dir or config.output_dir) / config.name, config.sha256,
+                                         inputs.golden.sha256, now)
     info = {
         "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
         # Relative to the run folder, where `rqsweep explain` finds it again.
@@ -236,13 +237,23 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     }
     if resume is not None:
         info["resumed_at"] = now.isoformat()
+    with holding(run_dir):
+        return _run_in(run_dir, inputs, info, progress, started, resumed=resume is not None, workers=workers)
+
+
+def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, started: float, *, resumed: bool,
+            workers: int | None) -> Outcome:
+    """The run in its locked folder; `info` is its run.json."""
+    config, run_id = inputs.config, info["run_id"]
+    for w in inputs.golden.warnings:
+        progress.log(f"warning: {w}")
     write_json(run_dir / "run.json", info)  # before the backend: a seed it starts can be resumed
     try:
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers))
     except BaseException:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
-        if resume is None and not any(p.name != "run.json" for p in run_dir.iterdir()):
+        if not resumed and not any(p.name not in ("run.json", LOCK_FILE) for p in run_dir.iterdir()):
             shutil.rmtree(run_dir, ignore_errors=True)
         else:
             progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")

@@ -6,13 +6,15 @@ of them; `rqsweep.files` writes them atomically.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import re
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 import polars as pl
 
@@ -22,6 +24,8 @@ from rqsweep.errors import InputError
 from rqsweep.files import write_parquet
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import KNOBS, Knobs
+
+LOCK_FILE = "run.lock"
 
 
 def redact(value: object) -> object:
@@ -33,10 +37,38 @@ def redact(value: object) -> object:
     return value
 
 
-def new_run_id(config_sha256: str, golden_sha256: str, now: datetime) -> str:
-    """UTC time, then a short hash of the inputs: runs sort by time, and equal inputs share a suffix."""
+def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: datetime) -> tuple[str, Path]:
+    """Create a run's folder under `parent`; returns (run id, folder).
+
+    The id is the UTC time, then a short hash of the inputs: runs sort by time, and equal inputs share a
+    suffix. Runs of the same inputs started in the same second get `-2`, `-3`, ... after it.
+    """
     digest = hashlib.sha256(f"{config_sha256}:{golden_sha256}".encode()).hexdigest()[:8]
-    return f"{now:%Y%m%dT%H%M%SZ}-{digest}"
+    first = f"{now:%Y%m%dT%H%M%SZ}-{digest}"
+    parent.mkdir(parents=True, exist_ok=True)
+    run_id, n = first, 1
+    while True:
+        try:
+            (parent / run_id).mkdir()  # atomic: of two processes, one gets the name
+            return run_id, parent / run_id
+        except FileExistsError:
+            n += 1
+            run_id = f"{first}-{n}"
+
+
+@contextlib.contextmanager
+def holding(run_dir: Path) -> Iterator[None]:
+    """Hold the run folder's lock (an flock on its run.lock) for the block: one process runs a folder at a time.
+
+    The lock file stays: removing it would let a third process lock a new file while the second holds the old.
+    """
+    with open(run_dir / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(run_dir, "", f"another rqsweep process holds this run folder (its {LOCK_FILE}): "
+                                          "wait for it to end, or stop it first") from None
+        yield
 
 
 class RunState(Protocol):
