@@ -1,0 +1,72 @@
+"""SIGINT and SIGTERM end a run cleanly: finished settings kept, run.json "interrupted", a message naming the
+folder and how to continue, exit 130 or 143; for a grid and for an optimiser alike."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.minijob import write_job
+
+SWEEPS = {
+    "grid": {"strategy": "grid", "knobs": {  # 400 x 21 x 5 = 42,000 settings
+        "rrf_k": {"low": 1, "high": 400},
+        "min_similarity": {"include_off": True, "low": 0.02, "high": 0.4, "step": 0.02},
+        "recency_half_life_days": {"values": [0, 1, 7, 30, 365]},
+    }},
+    "optimize": {"strategy": "optimize", "knobs": {
+        "rrf_k": {"low": 1, "high": 400},
+        "recency_half_life_days": {"low": 0.5, "high": 365, "log": True},
+    }, "optimize": {"sampler": "random", "n_trials": 100_000, "seed": 3}},
+}
+
+
+def _rqsweep(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rqsweep.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _interrupt_once_started(proc: subprocess.Popen, out: Path, how: signal.Signals) -> Path:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(out.glob("mini/*/state/part-*.parquet"))) < 2:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(how)
+    proc.wait(timeout=60)
+    (run_dir,) = out.glob("mini/*")
+    return run_dir
+
+
+@pytest.mark.parametrize("strategy", ["grid", "optimize"])
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_keeps_the_work_and_says_how_to_continue(tmp_path, strategy, how):
+    config = write_job(tmp_path / "job", sweep=SWEEPS[strategy])
+    out = tmp_path / "out"
+    proc = _rqsweep(str(config), "--quiet", "--output-dir", str(out))
+    run_dir = _interrupt_once_started(proc, out, how)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 128 + how == {signal.SIGINT: 130, signal.SIGTERM: 143}[how]
+    assert f"continue with: rqsweep {config} --resume {run_dir}" in stderr
+    assert "Traceback" not in stderr
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert len(list((run_dir / "state").glob("part-*.parquet"))) >= 2
+    assert not (run_dir / "grid.parquet").exists()
+
+
+def test_a_grid_run_ended_by_sigterm_resumes_to_completion(tmp_path):
+    config = write_job(tmp_path / "job", sweep=SWEEPS["grid"])
+    out = tmp_path / "out"
+    run_dir = _interrupt_once_started(_rqsweep(str(config), "--quiet", "--output-dir", str(out)), out,
+                                      signal.SIGTERM)
+    resumed = _rqsweep(str(config), "--quiet", "--resume", str(run_dir))
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+    assert pl.read_parquet(run_dir / "grid.parquet")["setting_id"].n_unique() == 42_000
