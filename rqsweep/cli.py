@@ -18,21 +18,25 @@ Exit codes:
     3    backend failure
     4    no feasible setting (results and report are written all the same)
     5    gate failed: a slice regressed, lost its metrics or fell to zero (the slices are named)
-    130  interrupted (resume with --resume RUN_DIR)
+    130  interrupted by SIGINT (Ctrl-C): finished settings are kept, the run folder's run.json says
+         "interrupted", and stderr says how to continue (rqsweep CONFIG --resume RUN_DIR)
+    143  ended by SIGTERM (kill, a scheduler's timeout): as 130
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from rqsweep import __version__
-from rqsweep.errors import NoFeasibleSetting, RqsweepError
+from rqsweep.errors import Interrupted, NoFeasibleSetting, RqsweepError
 
 EXIT_GATE_FAILED = 5
-EXIT_INTERRUPTED = 130
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit 128 + the signal's number: 130, 143
 
 
 def _tolerance(text: str) -> float:
@@ -138,6 +142,24 @@ def _print_report(run_dir: Path) -> None:
     print(f"Report: {run_dir / 'report.md'} and {run_dir / 'report.html'}")
 
 
+def _interrupt(signal_number: int, _frame: object) -> None:
+    raise Interrupted(signal_number)
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` within the block, so that a run ends cleanly either way."""
+    # A shell's background job ignores SIGINT: it keeps doing so.
+    previous = {s: signal.getsignal(s) for s in STOPPING_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    for s in previous:
+        signal.signal(s, _interrupt)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _run(argv: list[str]) -> int:
     p = _run_parser()
     args = p.parse_args(argv)
@@ -153,8 +175,9 @@ def _run(argv: list[str]) -> int:
     if args.gate_file is not None and (args.gate_file.exists() or not args.update_gate_file):
         gate.read_gate_file(args.gate_file)
     try:
-        outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
-                          output_dir=args.output_dir)
+        with _signals_interrupt():
+            outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
+                              output_dir=args.output_dir)
     except NoFeasibleSetting as exc:
         _print_report(Path(exc.run_dir))
         raise
@@ -208,10 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     except RqsweepError as exc:
         print(f"rqsweep: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        hint = "; finished settings are kept: continue with --resume RUN_DIR" if command is _run else ""
-        print(f"rqsweep: interrupted{hint}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        number = exc.signal_number if isinstance(exc, Interrupted) else signal.SIGINT
+        message = f"rqsweep: interrupted by {signal.Signals(number).name}"
+        if isinstance(exc, Interrupted) and exc.run_dir is not None:
+            message += (f"; finished settings are kept in {exc.run_dir}: "
+                        f"continue with: rqsweep {exc.config} --resume {exc.run_dir}")
+        print(message, file=sys.stderr)
+        return 128 + number
 
 
 def entry() -> None:

@@ -40,3 +40,11 @@ def shown(value: object, limit: int = 80) -> str:
     """A user's value as error messages echo it: its repr, cut to `limit` characters (a value can be megabytes)."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM ended the command; `run_dir` and `config` say how to continue, once a run folder exists."""
+
+    def __init__(self, signal_number: int, run_dir: object = None, config: object = None):
+        self.signal_number, self.run_dir, self.config = signal_number, run_dir, config
+        super().__init__(signal_number)

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ import polars as pl
 from rqsweep import __version__, metrics
 from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import choose_best, constraint_values
-from rqsweep.errors import InputError, NoFeasibleSetting
+from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
 from rqsweep.files import write_json, write_parquet
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs
@@ -208,7 +209,9 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         output_dir: Path | None = None, now: datetime | None = None) -> Outcome:
     """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing.
 
-    The run holds its folder's lock throughout: a second process on the folder gets an InputError.
+    The run holds its folder's lock throughout: a second process on the folder gets an InputError. Ended
+    early, it marks its run.json "interrupted" (KeyboardInterrupt, or `Interrupted` from a signal handler)
+    or "failed", keeps its finished settings, and raises an interrupt again as `Interrupted` naming the folder.
     """
     started = time.monotonic()
     progress = Progress(0, "rqsweep", quiet=quiet)
@@ -238,7 +241,22 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     if resume is not None:
         info["resumed_at"] = now.isoformat()
     with holding(run_dir):
-        return _run_in(run_dir, inputs, info, progress, started, resumed=resume is not None, workers=workers)
+        try:
+            return _run_in(run_dir, inputs, info, progress, started, resumed=resume is not None, workers=workers)
+        except BaseException as exc:
+            if not (run_dir / "run.json").exists():  # a new run that ended before it began leaves no folder
+                raise
+            interrupted = isinstance(exc, KeyboardInterrupt)
+            _mark_unfinished(run_dir, "interrupted" if interrupted else "failed")
+            if interrupted:
+                raise Interrupted(getattr(exc, "signal_number", signal.SIGINT), run_dir, config.path) from None
+            raise
+
+
+def _mark_unfinished(run_dir: Path, status: str) -> None:
+    info = load_run_json(run_dir)
+    if info.get("status") != "complete":  # ended after its last write: the run is finished all the same
+        write_json(run_dir / "run.json", {**info, "status": status})
 
 
 def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, started: float, *, resumed: bool,
