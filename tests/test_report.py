@@ -257,5 +257,6 @@ def test_optimise_runs_get_scatter_plots(tmp_path):
 
 
 def test_a_folder_without_a_grid_is_invalid_input(tmp_path):
+    (tmp_path / "run.json").write_text('{"status": "complete"}')
     with pytest.raises(InputError, match="grid.parquet"):
         write_report(tmp_path)
