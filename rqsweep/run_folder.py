@@ -7,6 +7,7 @@ Shared by what reads finished runs: the report and the gate. A run is finished w
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -119,7 +120,8 @@ def check_finished(path: Path) -> None:
     info = load_run_json(path)
     status = info.get("status")
     if status != "complete":
-        config = info.get("config_path") or "CONFIG"
+        # run.json keeps the config's path relative to the run folder (absolute in older runs).
+        config = os.path.normpath(path / info["config_path"]) if info.get("config_path") else "CONFIG"
         raise InputError(path, "", f"an unfinished run (status {status!r}): its results are missing or partial; "
                                    f"finish it with `rqsweep {config} --resume {path}`")
 
