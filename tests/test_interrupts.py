@@ -70,3 +70,22 @@ def test_a_grid_run_ended_by_sigterm_resumes_to_completion(tmp_path):
     assert resumed.returncode == 0, stderr
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
     assert pl.read_parquet(run_dir / "grid.parquet")["setting_id"].n_unique() == 42_000
+
+
+def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_interrupted(tmp_path, monkeypatch):
+    from rqsweep import job
+    from rqsweep.errors import Interrupted
+
+    def interrupted_in_a_library(self):
+        try:
+            raise Interrupted(signal.SIGTERM)
+        except KeyboardInterrupt:  # as Optuna's journal lock does when interrupted while releasing
+            raise FileNotFoundError("optuna.journal.lock...rename")
+
+    monkeypatch.setattr(job.Sweep, "run", interrupted_in_a_library)
+    config = write_job(tmp_path / "job")
+    with pytest.raises(Interrupted) as err:
+        job.run(config, quiet=True, output_dir=tmp_path / "out")
+    (run_dir,) = (tmp_path / "out").glob("mini/*")
+    assert err.value.signal_number == signal.SIGTERM and err.value.run_dir == run_dir
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
