@@ -246,11 +246,24 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         except BaseException as exc:
             if not (run_dir / "run.json").exists():  # a new run that ended before it began leaves no folder
                 raise
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            _mark_unfinished(run_dir, "interrupted" if interrupted else "failed")
-            if interrupted:
-                raise Interrupted(getattr(exc, "signal_number", signal.SIGINT), run_dir, config.path) from None
+            interrupt = _interrupt_behind(exc)
+            _mark_unfinished(run_dir, "failed" if interrupt is None else "interrupted")
+            if interrupt is not None:
+                raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
             raise
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt that ended the run: `exc` itself, or one that a library's cleanup turned into another error
+    (Optuna's journal lock, interrupted while releasing, raises FileNotFoundError)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 def _mark_unfinished(run_dir: Path, status: str) -> None:
