@@ -210,9 +210,14 @@ class SweepConfig:
     strategy: Literal["grid", "optimize"]
     knobs: dict[str, KnobSpec]
     sampler: str = "tpe"
-    n_trials: int = 100
+    # repr=False keeps these out of the inputs hash: a study may grow (`--resume --n-trials`), stop early or
+    # live elsewhere without its results changing meaning.
+    n_trials: int = field(default=100, repr=False)  # distinct settings evaluated, the baseline not counted
     seed: int | None = None
-    timeout: float | None = None
+    timeout: float | None = field(default=None, repr=False)
+    warm_start: int = 32  # at most this many coarse-grid settings enqueued before the sampler proposes
+    batch_size: int = 8  # settings proposed before any is told (one fast-path batch or HTTP wave)
+    storage: str | None = field(default=None, repr=False)  # study URL; None = a journal file in the run folder
     source: str = "inline"
 
 
@@ -387,7 +392,8 @@ def _sweep(value: object, config: Path) -> SweepConfig:
             raise InputError(file, knobs_sec.where(knob), "a grid over a real range needs `step` or `num`")
     if strategy == "grid":
         _check_grid_size(knobs_sec, knobs)
-    opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout")
+    opt = sec.section("optimize", {}).only("sampler", "n_trials", "seed", "timeout", "warm_start", "batch_size",
+                                           "storage")
     if strategy == "optimize" and "optimize" not in sec.data:
         raise InputError(file, sec.where("optimize"), "strategy optimize needs n_trials (and optionally sampler, seed)")
     sampler = opt.choice("sampler", SAMPLERS, "tpe")
@@ -401,6 +407,10 @@ def _sweep(value: object, config: Path) -> SweepConfig:
         n_trials=opt.get("n_trials", int, 100, lambda v: v >= 1, "must be >= 1"),
         seed=opt.get("seed", int, None),
         timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),
+        warm_start=opt.get("warm_start", int, 32, lambda v: v >= 0, "must be >= 0 (0 = no warm start)"),
+        batch_size=opt.get("batch_size", int, 8, lambda v: v >= 1, "must be >= 1"),
+        storage=opt.get("storage", str, None, lambda v: "://" in v, "must be a URL: sqlite:///FILE or "
+                        "postgresql://USER@HOST/DB"),
         source=source,
     )
 

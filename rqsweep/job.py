@@ -32,7 +32,8 @@ from rqsweep.results import (
     settings_of,
 )
 from rqsweep.space import grid
-from rqsweep.strategy import run_grid, run_optimize
+from rqsweep.strategy import Objective, run_grid, run_optimize
+from rqsweep.study import StudyStorage, study_name
 from rqsweep.validation import CrossValidation, cross_validate, summary_lines
 
 
@@ -128,9 +129,52 @@ class Sweep:
             self.progress.total = len(settings)
             run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
-            self.progress.total = sweep.n_trials
-            run_optimize(sweep, self.config.baseline, self.score, self.run_dir / "state" / "optuna.journal",
-                         self.progress)
+            self.optimise(StudyStorage(sweep.storage, self.run_dir), coordinator=True)
+
+    def optimise(self, storage: StudyStorage, *, coordinator: bool) -> None:
+        """Run (or join, as a worker) the study; with a shared storage, gather what every worker evaluated."""
+        obj = self.config.objective
+        objective = Objective(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
+            "run_id": self.run_id, "config": str(self.config.path), "config_sha256": self.config.sha256,
+            "golden_sha256": self.golden.sha256, "inputs_sha256": self.inputs.sha256})
+        self.progress.total = self.config.sweep.n_trials
+        study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, objective, self.progress,
+                             self.progress.log, self.outcome_attrs if storage.shared else None,
+                             coordinator=coordinator)
+        if storage.shared and coordinator:
+            self.gather(study)
+
+    def outcome_attrs(self, knobs: Knobs) -> dict:
+        """A setting's per-query positions, compactly, for a collector on another machine: `positions` in the golden
+        set's query order (null = failed search), with `errors` and `tie_sensitive` only where they say something."""
+        rows = self.state.rows().filter(pl.col("setting_id") == knobs.id)
+        by_query = {r["query_id"]: r for r in rows.iter_rows(named=True)}
+        ordered = [by_query[q.id] for q in self.golden.queries]
+        out: dict = {"positions": [r["positions"] for r in ordered]}
+        if any(r["error"] for r in ordered):
+            out["errors"] = [r["error"] for r in ordered]
+        if any(r["tie_sensitive"] is not None for r in ordered):
+            out["tie_sensitive"] = [r["tie_sensitive"] for r in ordered]
+        return out
+
+    def gather(self, study) -> None:
+        """Record in the run state every setting a worker evaluated that this run has not."""
+        finished = self.state.finished()
+        queries = [q.id for q in self.golden.queries]
+        for trial in study.get_trials(deepcopy=False):
+            attrs = trial.user_attrs
+            if trial.state.name != "COMPLETE" or attrs.get("repeat") or "positions" not in attrs:
+                continue
+            if attrs["setting_id"] in finished:
+                continue
+            knobs = Knobs.from_id(attrs["setting_id"])
+            n = len(queries)
+            self.state.record(pl.DataFrame({
+                "setting_id": [knobs.id] * n, **{k: [v] * n for k, v in knobs.columns().items()},
+                "query_id": queries, "positions": attrs["positions"],
+                "error": attrs.get("errors", [None] * n), "tie_sensitive": attrs.get("tie_sensitive", [None] * n),
+            }, schema=OUTCOME_SCHEMA))
+            finished.add(knobs.id)
 
     def finish(self) -> Finished:
         rows = self.state.rows()

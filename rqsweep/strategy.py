@@ -7,16 +7,17 @@ nothing of backends or storage.
 from __future__ import annotations
 
 import time
-from pathlib import Path
+import warnings
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import optuna
 
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
-from rqsweep.space import suggest
-
-OPTUNA_BATCH = 8  # trials asked before they are told: TPE's constant liar covers the pending ones
+from rqsweep.space import coarse_grid, finite_space, suggest
+from rqsweep.study import StudyStorage
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
 
@@ -32,43 +33,132 @@ def run_grid(settings: Sequence[Knobs], finished: set[str], evaluate: Callable[[
         progress(len(batch))
 
 
-def make_sampler(sweep: SweepConfig) -> optuna.samplers.BaseSampler:
+def make_sampler(sweep: SweepConfig, seed: int | None) -> optuna.samplers.BaseSampler:
     if sweep.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=sweep.seed, multivariate=True, constant_liar=True)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if sweep.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=sweep.seed)
+        return optuna.samplers.GPSampler(seed=seed)
     if sweep.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=sweep.seed)
-    return optuna.samplers.RandomSampler(seed=sweep.seed)
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def batch_seed(seed: int | None, trials: int) -> int | None:
+    """The sampler's seed for the batch after `trials` trials: a function of the study's history only, so that a
+    resumed run proposes what the uninterrupted one would have."""
+    return None if seed is None else int(np.random.SeedSequence([seed, trials]).generate_state(1)[0])
 
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
+STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before the search is deemed settled
+
+
+@dataclass
+class Objective:
+    """What a study optimises and says about itself (its name, attributes) in storage and in optuna-dashboard."""
+
+    study_name: str
+    metric_name: str  # e.g. mrr[overall]
+    attributes: dict[str, object]
+
+
+def _remember(trial: optuna.trial.FrozenTrial, known: dict[str, Scored], counted: set[str]) -> None:
+    sid = trial.user_attrs.get("setting_id")
+    if sid is not None and trial.state == optuna.trial.TrialState.COMPLETE:
+        known[sid] = (trial.value, list(trial.constraints.items()))
+        if not trial.user_attrs.get("repeat"):
+            counted.add(sid)
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored, repeat: bool,
+          extra: dict[str, object]) -> None:
+    value, constraints = scored
+    for key, c in constraints:
+        trial.set_constraint(key, c)
+    violated = [key for key, c in constraints if c > 0]
+    attrs = {"setting_id": knobs.id, **knobs.columns(), "repeat": repeat, "feasible": not violated,
+             "violations": violated, **extra}
+    for key, v in attrs.items():
+        trial.set_user_attr(key, v)
+    study.tell(trial, value)
 
 
 def run_optimize(sweep: SweepConfig, baseline: Knobs, score: Callable[[list[Knobs]], list[Scored]],
-                 journal: Path, progress: Progress) -> optuna.Study:
-    """Optimise the objective under constraints with Optuna, resumable from its journal file.
+                 storage: StudyStorage, objective: Objective, progress: Progress,
+                 log: Callable[[str], None], annotate: Callable[[Knobs], dict] | None = None, *,
+                 coordinator: bool = True) -> optuna.Study:
+    """Optimise the objective under constraints with Optuna until `sweep.n_trials` distinct settings are evaluated.
 
-    Trials left running by a killed run are marked failed and asked again; trials already complete
-    count towards `n_trials`.
+    A proposal equal to a setting already evaluated (the baseline included) costs no search and does not count:
+    Optuna is told the known value, so the sampler learns all the same. The run ends early when a finite space
+    is exhausted, when the sampler only repeats itself (`STALL_PROPOSALS`), or at `sweep.timeout`.
+
+    Settings are asked `sweep.batch_size` at a time (the warm start's coarse grid all at once) and scored
+    together: one fast-path batch or one HTTP wave. TPE's constant liar stands in for the pending ones.
+    The storage is committed after each batch is told, so a stopped run keeps every told trial and nothing
+    half-asked. `annotate` adds user attributes to a freshly evaluated setting's trial (what a collector needs).
+    A worker (`coordinator=False`) joins a study its coordinator created.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
-    study = optuna.create_study(study_name="rqsweep", storage=storage, direction="maximize",
-                                sampler=make_sampler(sweep), load_if_exists=True)
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-    done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-    progress(done)
-    deadline = None if sweep.timeout is None else time.monotonic() + sweep.timeout
-    while done < sweep.n_trials and (deadline is None or time.monotonic() < deadline):
-        trials = [study.ask() for _ in range(min(OPTUNA_BATCH, sweep.n_trials - done))]
-        settings = [suggest(t, sweep, baseline) for t in trials]
-        for trial, (value, constraints) in zip(trials, score(settings)):
-            for key, c in constraints:
-                trial.set_constraint(key, c)
-            study.tell(trial, value)
-        done += len(trials)
-        progress(len(trials))
-    return study
+    with warnings.catch_warnings():
+        # Metric names are experimental; heartbeats are "supposed to be used with Study.optimize", and are here
+        # kept by the storage around each batch instead.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.filterwarnings("ignore", "Heartbeat of storage")
+        return _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator)
 
+
+def _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator) -> optuna.Study:
+    if coordinator:
+        study = optuna.create_study(study_name=objective.study_name, storage=storage.optuna, direction="maximize",
+                                    load_if_exists=True)
+    else:
+        study = optuna.load_study(study_name=objective.study_name, storage=storage.optuna)
+    known: dict[str, Scored] = {baseline.id: score([baseline])[0]}
+    counted: set[str] = set()
+    trials = study.get_trials(deepcopy=False)
+    if coordinator and not trials:
+        study.set_metric_names([objective.metric_name])
+        for key, value in objective.attributes.items():
+            study.set_user_attr(key, value)
+        if sweep.sampler in ("tpe", "gp"):
+            for params in coarse_grid(sweep, min(sweep.warm_start, sweep.n_trials)):
+                study.enqueue_trial(params)
+        storage.commit()
+    space = finite_space(sweep, baseline)
+    space_ids = None if space is None else {s.id for s in space}
+    deadline = None if sweep.timeout is None else time.monotonic() + sweep.timeout
+    stalled = 0
+    progress(0)
+    while True:
+        if storage.shared:
+            optuna.storages.fail_stale_trials(study)
+        trials = study.get_trials(deepcopy=False)
+        before = len(counted)
+        for trial in trials:
+            _remember(trial, known, counted)
+        progress(len(counted) - before)
+        remaining = sweep.n_trials - len(counted)
+        if remaining <= 0 or (deadline is not None and time.monotonic() >= deadline):
+            break
+        if space_ids is not None and space_ids <= set(known):
+            log(f"the search space is exhausted: all {len(space_ids)} settings evaluated")
+            break
+        if stalled >= STALL_PROPOSALS:
+            log(f"stopped after {stalled} proposals in a row of settings already evaluated")
+            break
+        waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
+        study.sampler = make_sampler(sweep, batch_seed(sweep.seed, len(trials)))
+        asked = [study.ask() for _ in range(min(remaining, max(sweep.batch_size, waiting)))]
+        proposed = [suggest(t, sweep, baseline) for t in asked]
+        fresh = list({k.id: k for k in proposed if k.id not in known}.values())
+        with storage.beating([t._trial_id for t in asked]):
+            known.update(zip((k.id for k in fresh), score(fresh)))
+        stalled = 0 if fresh else stalled + len(asked)
+        first = {k.id for k in fresh}
+        for trial, knobs in zip(asked, proposed):
+            new = knobs.id in first
+            first.discard(knobs.id)
+            _tell(study, trial, knobs, known[knobs.id], not new, annotate(knobs) if new and annotate else {})
+        storage.commit()
+    return study

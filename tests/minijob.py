@@ -67,3 +67,15 @@ def write_job(folder: Path, sweep: dict | str | None = None, **overrides) -> Pat
     path = folder / "job.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def run_study(run_dir: Path):
+    """The Optuna study of an optimise run, read from its run folder's journal as optuna-dashboard would."""
+    import json
+
+    import optuna
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
+        str(run_dir / "state" / "optuna.journal")))
+    info = json.loads((run_dir / "run.json").read_text())
+    return optuna.load_study(study_name=f"{info['name']}/{info['run_id']}", storage=storage)

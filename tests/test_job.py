@@ -22,7 +22,7 @@ from rqsweep.errors import InputError, NoFeasibleSetting, RqsweepError
 from rqsweep.golden import load_golden
 from rqsweep.backends import build_backend
 from rqsweep.knobs import Knobs
-from tests.minijob import write_job
+from tests.minijob import run_study, write_job
 
 GRID_TYPES = {
     "run_id": "string", "setting_id": "string", "rrf_k": "int64", "min_similarity": "double",
@@ -124,12 +124,8 @@ def test_optimize_gives_constraints_to_optuna(tmp_path):
     }, "optimize": {"sampler": "tpe", "n_trials": 24, "seed": 3}}
     config = write_job(tmp_path / "job", sweep=sweep)
     outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
-    import optuna
-
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(outcome.run_dir / "state" / "optuna.journal")))
-    trials = optuna.load_study(study_name="rqsweep", storage=storage).get_trials()
-    assert len(trials) == 24
+    trials = run_study(outcome.run_dir).get_trials()
+    assert len({t.user_attrs["setting_id"] for t in trials if not t.user_attrs["repeat"]}) == 24
     assert all(t.constraints for t in trials)
     assert "recall_at_10[freshness]:max_drop" in trials[0].constraints
     feasible_ids = set(outcome.grid.filter(pl.col("feasible"))["setting_id"].to_list())
@@ -142,13 +138,10 @@ def test_other_samplers_run_under_constraints(tmp_path, sampler):
                                                 "recency_half_life_days": {"values": [0, 1, 30]}},
              "optimize": {"sampler": sampler, "n_trials": 10, "seed": 1}}
     outcome = job.run(write_job(tmp_path / "job", sweep=sweep), quiet=True, output_dir=tmp_path / "out")
-    import optuna
-
-    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(
-        str(outcome.run_dir / "state" / "optuna.journal")))
-    trials = optuna.load_study(study_name="rqsweep", storage=storage).get_trials()
-    assert len(trials) == 10 and all(t.constraints for t in trials)
-    proposed = {(t.params["rrf_k"], float(t.params["recency_half_life_days"])) for t in trials}
+    trials = run_study(outcome.run_dir).get_trials()
+    assert all(t.constraints for t in trials)
+    assert len({t.user_attrs["setting_id"] for t in trials if not t.user_attrs["repeat"]}) == 10
+    proposed = {(t.params["rrf_k"], [0.0, 1.0, 30.0][t.params["recency_half_life_days_index"]]) for t in trials}
     evaluated = set(outcome.grid["setting_id"].unique().to_list())
     assert evaluated == {f"k{k}_moff_h{h!r}" for k, h in proposed} | {"k60_moff_h0.0"}
     assert outcome.best in evaluated

@@ -1,0 +1,151 @@
+"""Where an optimisation study lives: a journal file in the run folder, or a database named by a URL.
+
+The run folder's journal is written once per batch of told trials, never half: signals are held
+while it is written, and what a batch asked but did not tell stays in memory, so a stopped run
+leaves only finished trials behind. A URL (`sqlite:///...` for one machine, `postgresql://...`
+for many) opens Optuna's RDB storage, with a heartbeat so that a worker killed mid-trial leaves its
+trial to be failed and asked again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import optuna
+from optuna.storages.journal import BaseJournalBackend
+
+HEARTBEAT_SECONDS = 5
+GRACE_SECONDS = 20  # a trial whose worker has been silent this long is failed and asked again
+MAX_RETRIES = 3
+
+
+def redact_url(url: str) -> str:
+    """The storage URL with its password replaced: what logs, run.json and reports may show."""
+    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """Defer SIGINT and SIGTERM until the block ends (a write that must not be cut in half)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda number, _frame: caught.append(number))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for number in caught[:1]:
+            signal.raise_signal(number)
+
+
+class BatchedJournalFile(BaseJournalBackend):
+    """An Optuna journal (the format `JournalFileBackend` and optuna-dashboard read), appended only by `commit`.
+
+    Operations are kept in memory until `commit` appends them in one write; a line cut by a killed
+    process (none should be) is ignored on reading, with what follows it.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._logs: list[dict[str, Any]] = []
+        if path.exists():
+            for line in path.read_bytes().splitlines(keepends=True):
+                if not line.endswith(b"\n"):
+                    break
+                self._logs.append(json.loads(line))
+        self._written = len(self._logs)
+
+    def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:
+        return self._logs[log_number_from:]
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        self._logs.extend(logs)
+
+    def commit(self) -> None:
+        """Append every operation since the last commit to the file, fsync'd, with signals held."""
+        pending = self._logs[self._written:]
+        if not pending:
+            return
+        data = b"".join(json.dumps(log, separators=(",", ":")).encode() + b"\n" for log in pending)
+        with held_signals():
+            with open(self.path, "ab") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            self._written = len(self._logs)
+
+
+class StudyStorage:
+    """An Optuna storage and how to make its latest writes durable (`commit`)."""
+
+    def __init__(self, url: str | None, run_dir: Path | None):
+        self.url = url
+        self._journal: BatchedJournalFile | None = None
+        if url is None:
+            assert run_dir is not None
+            folder = run_dir / "state"
+            folder.mkdir(parents=True, exist_ok=True)
+            self._journal = BatchedJournalFile(folder / "optuna.journal")
+            self.optuna: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self._journal)
+        else:
+            self.optuna = optuna.storages.RDBStorage(
+                driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+                failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES))
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes may add trials (a database), so the study must be re-read before deciding."""
+        return self._journal is None
+
+    def commit(self) -> None:
+        if self._journal is not None:
+            self._journal.commit()
+
+    @contextmanager
+    def beating(self, trial_ids: list[int]) -> Iterator[None]:
+        """Keep the trials' heartbeats going while they are evaluated (a database only): a worker that dies
+        stops beating, and after `GRACE_SECONDS` any worker fails its trials and asks them again."""
+        if self._journal is not None:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while True:
+                for trial_id in trial_ids:
+                    self.optuna.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+                if stop.wait(HEARTBEAT_SECONDS):
+                    return
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def describe(self) -> str:
+        """Where the study lives, the password redacted."""
+        return redact_url(self.url) if self.url else str(self._journal.path)  # type: ignore[union-attr]
+
+
+def study_name(config_name: str, run_id: str) -> str:
+    """A run's study: named after its config and run id, so one database holds many runs' studies."""
+    return f"{config_name}/{run_id}"
+
+
+def driver_url(url: str) -> str:
+    """SQLAlchemy's URL for a storage URL: `postgresql://` goes through psycopg 3, the driver rqsweep ships."""
+    return re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
