@@ -2,6 +2,8 @@
 
     rqsweep CONFIG [--dry-run] [--compare PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] ...
     rqsweep report RUN_DIR
+    rqsweep worker CONFIG --storage URL --study NAME   (join a running optimise study)
+    rqsweep collect RUN_DIR [--storage URL]            (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
@@ -69,6 +71,13 @@ def _workers(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return value
+
+
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rqsweep", parents=[_gate_options()],
@@ -82,6 +91,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress output; the summary still prints")
     p.add_argument("--dry-run", action="store_true",
                    help="validate config and golden set, say how many settings and searches a run would make")
+    p.add_argument("--n-trials", type=_positive, metavar="N",
+                   help="optimise: evaluate N distinct settings in all (overrides the sweep's n_trials; with "
+                        "--resume, grows a finished study)")
+    p.add_argument("--storage", metavar="URL",
+                   help="optimise: the study's storage, sqlite:///FILE or postgresql://USER@HOST/DB (default: a "
+                        "journal file in the run folder); see docs/optimise.md")
     p.add_argument("--compare", type=Path, metavar="PREVIOUS_RUN_DIR",
                    help="after the run, gate it against this earlier run folder")
     p.add_argument("--version", action="version", version=f"rqsweep {__version__}")
@@ -113,6 +128,29 @@ def _gate_parser() -> argparse.ArgumentParser:
                                 description="Gate a finished run against an earlier one and/or a gate file.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("previous", type=Path, nargs="?", metavar="PREVIOUS_RUN_DIR")
+    return p
+
+
+def _worker_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep worker", description="Join a running optimise study from any machine: ask, evaluate, tell, "
+                                           "until the study's budget is spent (see docs/optimise.md).")
+    p.add_argument("config", type=Path, help="the coordinator's config (same sweep, corpus and golden set)")
+    p.add_argument("--storage", required=True, metavar="URL", help="the study's storage, e.g. postgresql://HOST/DB")
+    p.add_argument("--study", required=True, metavar="NAME", help="the study's name: CONFIG_NAME/RUN_ID")
+    p.add_argument("--workers", type=_workers, help="parallel workers for this machine's backend")
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def _collect_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep collect",
+        description="Write grid.parquet, queries.parquet, run.json and the report of an optimise run from its "
+                    "study, including what every worker evaluated; searches no further.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--storage", metavar="URL", help="the study's storage (default: the one run.json names, "
+                                                    "which never holds a password)")
     return p
 
 
@@ -177,7 +215,7 @@ def _run(argv: list[str]) -> int:
     try:
         with _signals_interrupt():
             outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
-                              output_dir=args.output_dir)
+                              output_dir=args.output_dir, n_trials=args.n_trials, storage=args.storage)
     except NoFeasibleSetting as exc:
         _print_report(Path(exc.run_dir))
         raise
@@ -185,6 +223,32 @@ def _run(argv: list[str]) -> int:
     print(f"Results: {outcome.run_dir}")
     _print_report(outcome.run_dir)
     return _apply_gate(outcome.run_dir, args.compare, args)
+
+
+def _worker(argv: list[str]) -> int:
+    from rqsweep import job
+
+    args = _worker_parser().parse_args(argv)
+    with _signals_interrupt():  # a stopped worker's trials are retried by the others
+        n = job.work(args.config, args.storage, args.study, workers=args.workers, quiet=args.quiet)
+    print(f"worker: {n} settings evaluated for study {args.study}")
+    return 0
+
+
+def _collect(argv: list[str]) -> int:
+    from rqsweep import job
+
+    args = _collect_parser().parse_args(argv)
+    try:
+        with _signals_interrupt():
+            outcome = job.collect(args.run_dir, args.storage, quiet=True)
+    except NoFeasibleSetting as exc:
+        _print_report(Path(exc.run_dir))
+        raise
+    print(outcome.summary)
+    print(f"Results: {outcome.run_dir}")
+    _print_report(outcome.run_dir)
+    return 0
 
 
 def _report(argv: list[str]) -> int:
@@ -224,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "explain": _explain, "gate": _gate, "serve": _serve}
+    commands = {"report": _report, "explain": _explain, "gate": _gate, "serve": _serve, "worker": _worker,
+                "collect": _collect}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:
         return command(argv)

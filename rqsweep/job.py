@@ -3,11 +3,13 @@ results and report."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
 import shutil
 import signal
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -33,7 +35,7 @@ from rqsweep.results import (
 )
 from rqsweep.space import grid
 from rqsweep.strategy import Objective, run_grid, run_optimize
-from rqsweep.study import StudyStorage, study_name
+from rqsweep.study import StudyStorage, redact_url, study_name
 from rqsweep.validation import CrossValidation, cross_validate, summary_lines
 
 
@@ -249,17 +251,29 @@ def _setting_record(grid_frame: pl.DataFrame, knobs: Knobs, names: tuple[str, ..
                        for r in rows.iter_rows(named=True)}}
 
 
+def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inputs:
+    """The inputs with the command line's `--n-trials` and `--storage` in place of the sweep's own."""
+    changes = {k: v for k, v in (("n_trials", n_trials), ("storage", storage)) if v is not None}
+    if changes:
+        sweep = dataclasses.replace(inputs.config.sweep, **changes)
+        inputs = dataclasses.replace(inputs, config=dataclasses.replace(inputs.config, sweep=sweep))
+    return inputs
+
+
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
-        output_dir: Path | None = None, now: datetime | None = None) -> Outcome:
+        output_dir: Path | None = None, now: datetime | None = None, n_trials: int | None = None,
+        storage: str | None = None) -> Outcome:
     """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing.
 
     The run holds its folder's lock throughout: a second process on the folder gets an InputError. Ended
     early, it marks its run.json "interrupted" (KeyboardInterrupt, or `Interrupted` from a signal handler)
     or "failed", keeps its finished settings, and raises an interrupt again as `Interrupted` naming the folder.
+    `n_trials` and `storage` override the sweep's `optimize` section (neither is part of the inputs hash, so
+    `--resume RUN_DIR --n-trials N` grows a finished study).
     """
     started = time.monotonic()
     progress = Progress(0, "rqsweep", quiet=quiet)
-    inputs = load_inputs(config_path, progress.log)
+    inputs = with_study(load_inputs(config_path, progress.log), n_trials, storage)
     config = inputs.config
     progress.label = config.name
     now = now or datetime.now(timezone.utc)
@@ -281,6 +295,7 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         "config_sha256": config.sha256,
         "golden_path": config.relative(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
         "inputs_sha256": inputs.sha256, "versions": _versions(), "warnings": list(inputs.golden.warnings),
+        **({"storage": redact_url(config.sweep.storage)} if config.sweep.storage else {}),
     }
     if resume is not None:
         info["resumed_at"] = now.isoformat()
@@ -374,3 +389,39 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     if done.best is None:
         raise NoFeasibleSetting(summary + f"\nResults in {run_dir}", run_dir)
     return outcome
+
+
+def work(config_path: Path, storage_url: str, study: str, *, workers: int | None = None, quiet: bool = False) -> int:
+    """Join a running study as a worker (any machine with the same inputs); returns the settings it evaluated.
+
+    Its searches reach the coordinator through the study: each setting's positions ride on its trial.
+    """
+    inputs = with_study(load_inputs(config_path), None, storage_url)
+    storage = StudyStorage(storage_url, None)
+    import optuna
+
+    try:
+        attrs = optuna.load_study(study_name=study, storage=storage.optuna).user_attrs
+    except KeyError:
+        raise InputError("--study", "", f"{study!r}: no such study in {storage.describe()}") from None
+    if attrs.get("inputs_sha256") != inputs.sha256:
+        raise InputError(config_path, "", f"differs from the inputs of study {study!r} (config, sweep, corpus or "
+                         "golden set): a worker must evaluate what its coordinator does")
+    progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
+    with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
+        backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
+                                workers=inputs.config.workers if workers is None else workers)
+        try:
+            sweep = Sweep(inputs, backend, Path(tmp), attrs["run_id"], progress)
+            sweep.optimise(storage, coordinator=False)
+            return len(sweep.state.finished() - {sweep.baseline_id})
+        finally:
+            backend.close()
+
+
+def collect(run_dir: Path, storage_url: str | None = None, *, quiet: bool = False) -> Outcome:
+    """Write a run's results from its study (what every worker evaluated), searching no further."""
+    previous = load_run_json(run_dir)
+    # n_trials 0: the study's budget is already spent or abandoned; only gathering and writing remain.
+    return run(run_dir / previous["config_path"], resume=run_dir, quiet=quiet, n_trials=0,
+               storage=storage_url or previous.get("storage"))

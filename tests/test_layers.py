@@ -14,7 +14,7 @@ STEPS = [
     ("rqsweep.corpus", "rqsweep.golden"),
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),
-    ("rqsweep.inputs", "rqsweep.space", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation"),
+    ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation"),
     ("rqsweep.results", "rqsweep.run_folder"),
     ("rqsweep.report", "rqsweep.gate"),
     ("rqsweep.job",),
