@@ -1,0 +1,148 @@
+"""Optimise mode: distinct settings are the budget, repeats cost nothing, a stopped or finished study goes on."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from rqsweep import job
+from rqsweep.backends.embedded import EmbeddedBackend
+from rqsweep.study import redact_url
+from tests.minijob import run_study, write_job
+
+CONTINUOUS = {"strategy": "optimize", "knobs": {
+    "rrf_k": {"low": 1, "high": 100, "log": True},
+    "min_similarity": {"include_off": True, "low": 0.0, "high": 0.5},
+    "recency_half_life_days": {"include_off": True, "low": 0.5, "high": 400, "log": True},
+}, "optimize": {"sampler": "tpe", "n_trials": 12, "seed": 5, "warm_start": 8, "batch_size": 4}}
+
+
+@pytest.fixture()
+def searched(monkeypatch):
+    """Every setting the embedded backend is asked to evaluate, in order."""
+    seen: list[str] = []
+    original = EmbeddedBackend.evaluate
+
+    def counting(self, settings):
+        seen.extend(s.id for s in settings)
+        return original(self, settings)
+
+    monkeypatch.setattr(EmbeddedBackend, "evaluate", counting)
+    return seen
+
+
+def _distinct(trials) -> list[str]:
+    return [t.user_attrs["setting_id"] for t in trials if not t.user_attrs["repeat"]]
+
+
+def test_repeated_proposals_cost_nothing_and_do_not_count(tmp_path, searched):
+    # 3 x 2 = 6 settings, the baseline among them: random proposals repeat themselves soon.
+    sweep = {"strategy": "optimize", "knobs": {"rrf_k": {"values": [1, 5, 60]},
+                                                "recency_half_life_days": {"values": [0, 30]}},
+             "optimize": {"sampler": "random", "n_trials": 4, "seed": 2, "batch_size": 3}}
+    outcome = job.run(write_job(tmp_path / "job", sweep=sweep), quiet=True, output_dir=tmp_path / "out")
+    trials = run_study(outcome.run_dir).get_trials()
+    repeats = [t for t in trials if t.user_attrs["repeat"]]
+    assert repeats, "the sampler never repeated itself: the test proves nothing"
+    assert len(searched) == len(set(searched)) == 5  # the baseline, then 4 distinct settings, each searched once
+    assert len(set(_distinct(trials))) == len(_distinct(trials)) == 4
+    assert outcome.grid["setting_id"].n_unique() == 5
+    # The sampler is told a repeat's known value, so that it learns without a search.
+    value = {t.user_attrs["setting_id"]: t.value for t in trials if not t.user_attrs["repeat"]}
+    value["k60_moff_h0.0"] = outcome.grid.filter((pl.col("setting_id") == "k60_moff_h0.0")
+                                                 & (pl.col("slice") == "overall"))["mrr"][0]
+    assert all(t.value == pytest.approx(value[t.user_attrs["setting_id"]]) for t in repeats)
+
+
+def test_an_exhausted_space_ends_the_run(tmp_path, searched):
+    sweep = {"strategy": "optimize", "knobs": {"rrf_k": {"values": [1, 5, 60]},
+                                                "recency_half_life_days": {"values": [0, 30]}},
+             "optimize": {"sampler": "tpe", "n_trials": 50, "seed": 1}}
+    outcome = job.run(write_job(tmp_path / "job", sweep=sweep), quiet=True, output_dir=tmp_path / "out")
+    assert sorted(set(searched)) == sorted(searched) and len(searched) == 6
+    assert outcome.grid["setting_id"].n_unique() == 6
+
+
+def test_the_study_names_itself_its_objective_and_feasibility(tmp_path):
+    outcome = job.run(write_job(tmp_path / "job", sweep=CONTINUOUS), quiet=True, output_dir=tmp_path / "out")
+    study = run_study(outcome.run_dir)
+    info = json.loads((outcome.run_dir / "run.json").read_text())
+    assert study.study_name == f"mini/{info['run_id']}"
+    assert study.metric_names == ["mrr[overall]"]
+    assert study.user_attrs["run_id"] == info["run_id"] and study.user_attrs["config_sha256"] == info["config_sha256"]
+    grid = outcome.grid.filter(pl.col("slice") == "overall")
+    feasible = dict(zip(grid["setting_id"], grid["feasible"]))
+    for t in study.get_trials():
+        assert t.user_attrs["feasible"] == feasible[t.user_attrs["setting_id"]]
+        assert t.user_attrs["feasible"] == all(c <= 0 for c in t.constraints.values())
+        assert bool(t.user_attrs["violations"]) != t.user_attrs["feasible"]
+
+
+def test_extending_a_finished_study_adds_exactly_the_asked_settings(tmp_path, searched):
+    config = write_job(tmp_path / "job", sweep=CONTINUOUS)
+    first = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    before = list(searched)
+    assert len(before) == 13
+    second = job.run(config, quiet=True, resume=first.run_dir, n_trials=20)
+    assert second.run_dir == first.run_dir
+    added = searched[len(before):]
+    assert len(added) == len(set(added)) == 8 and not set(added) & set(before)
+    assert len(set(_distinct(run_study(first.run_dir).get_trials()))) == 20
+    assert second.grid["setting_id"].n_unique() == 21
+
+
+def test_a_storage_url_password_is_redacted():
+    assert redact_url("postgresql://tuner:s3cret@db.example:5432/studies") == \
+        "postgresql://tuner:***@db.example:5432/studies"
+    assert redact_url("sqlite:///tmp/study.db") == "sqlite:///tmp/study.db"
+
+
+def _cli(*args):
+    return subprocess.Popen([sys.executable, "-m", "rqsweep.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _comparable(grid: pl.DataFrame) -> pl.DataFrame:
+    return grid.drop("run_id", "evaluation_order").sort("setting_id", "slice")
+
+
+# 20 tries per signal is the bar; the default run makes fewer (each try is a Python start-up and a resume),
+# RQSWEEP_SIGNAL_TRIES=20 makes all of them.
+TRIES = int(__import__("os").environ.get("RQSWEEP_SIGNAL_TRIES", "4"))
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_result(tmp_path, how):
+    sweep = {**CONTINUOUS, "optimize": {**CONTINUOUS["optimize"], "n_trials": 60}}
+    config = write_job(tmp_path / "job", sweep=sweep)
+    reference = job.run(config, quiet=True, output_dir=tmp_path / "reference")
+    rng = random.Random(how)
+    for attempt in range(TRIES):
+        out = tmp_path / f"out{attempt}"
+        proc = _cli(str(config), "--quiet", "--output-dir", str(out))
+        # Wait for the run folder, then stop it somewhere inside its search (or just after it).
+        deadline = time.monotonic() + 60
+        while not list(out.glob("mini/*/run.json")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0, 1.5))
+        proc.send_signal(how)
+        _, err = proc.communicate(timeout=120)
+        run_dir = next(out.glob("mini/*"))
+        assert "Traceback" not in err, err
+        status = json.loads((run_dir / "run.json").read_text())["status"]
+        if status == "complete":  # the search finished before the signal (which may have cut the report short)
+            assert proc.returncode in (0, 128 + how), err
+        else:
+            assert proc.returncode == 128 + how, err
+            assert status == "interrupted" and str(run_dir) in err
+        resumed = job.run(config, quiet=True, resume=run_dir)
+        assert resumed.best == reference.best
+        assert _comparable(resumed.grid).equals(_comparable(reference.grid))
