@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -99,9 +100,11 @@ class StudyStorage:
             self._journal = BatchedJournalFile(folder / "optuna.journal")
             self.optuna: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self._journal)
         else:
-            self.optuna = optuna.storages.RDBStorage(
-                driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-                failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES))
+            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.optuna = optuna.storages.RDBStorage(
+                    driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES))
 
     @property
     def shared(self) -> bool:

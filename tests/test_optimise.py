@@ -146,3 +146,20 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
         resumed = job.run(config, quiet=True, resume=run_dir)
         assert resumed.best == reference.best
         assert _comparable(resumed.grid).equals(_comparable(reference.grid))
+
+
+def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, searched):
+    """What a worker on another machine evaluated reaches `collect` through the study alone (its positions ride
+    on the trials), and the collected grid equals the coordinator's."""
+    config = write_job(tmp_path / "job", sweep=CONTINUOUS)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first = job.run(config, quiet=True, output_dir=tmp_path / "out", storage=url)
+    assert json.loads((first.run_dir / "run.json").read_text())["storage"] == url
+    for part in (first.run_dir / "state").glob("part-*.parquet"):  # as if evaluated elsewhere
+        part.unlink()
+    before = len(searched)
+    collected = job.collect(first.run_dir, quiet=True)
+    assert len(searched) == before + 1  # the baseline only: nothing else is searched again
+    assert _comparable(collected.grid).equals(_comparable(first.grid))
+    queries = pl.read_parquet(first.run_dir / "queries.parquet")
+    assert queries["setting_id"].n_unique() == 13
