@@ -6,6 +6,8 @@ nothing of backends or storage.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import warnings
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ def batch_seed(seed: int | None, trials: int) -> int | None:
 
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # who holds a trial, in storage and optuna-dashboard
 STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before the search is deemed settled
 
 
@@ -139,17 +142,27 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
             _remember(trial, known, counted)
         progress(len(counted) - before)
         remaining = sweep.n_trials - len(counted)
-        if remaining <= 0 or (deadline is not None and time.monotonic() >= deadline):
+        waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
+        if deadline is not None and time.monotonic() >= deadline:
             break
+        if remaining <= 0 and not waiting:
+            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial.
+            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+                break
+            time.sleep(storage.heartbeat_seconds)
+            continue
         if space_ids is not None and space_ids <= set(known):
             log(f"the search space is exhausted: all {len(space_ids)} settings evaluated")
             break
         if stalled >= STALL_PROPOSALS:
             log(f"stopped after {stalled} proposals in a row of settings already evaluated")
             break
-        waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
         study.sampler = make_sampler(sweep, batch_seed(sweep.seed, len(trials)))
-        asked = [study.ask() for _ in range(min(remaining, max(sweep.batch_size, waiting)))]
+        # Retried trials (waiting) are asked even past the budget: a setting a killed worker held is never lost.
+        asked = [study.ask() for _ in range(min(remaining, max(sweep.batch_size, waiting)) if remaining > 0
+                                            else waiting)]
+        for trial in asked:
+            trial.set_user_attr("worker", WORKER)
         proposed = [suggest(t, sweep, baseline) for t in asked]
         fresh = list({k.id: k for k in proposed if k.id not in known}.values())
         with storage.beating([t._trial_id for t in asked]):

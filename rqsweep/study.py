@@ -106,6 +106,8 @@ class StudyStorage:
                     driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
                     heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES))
 
+    heartbeat_seconds = HEARTBEAT_SECONDS
+
     @property
     def shared(self) -> bool:
         """Whether other processes may add trials (a database), so the study must be re-read before deciding."""

@@ -1,0 +1,110 @@
+"""One optimise study, many machines: a real PostgreSQL, a coordinator and three `rqsweep worker` processes over
+HTTP, one of them SIGKILLed mid-trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import polars as pl
+import pytest
+
+from rqsweep.backends import build_backend
+from rqsweep.inputs import load_inputs
+from rqsweep.job import Sweep
+from rqsweep.knobs import Knobs
+from rqsweep.progress import Progress
+from rqsweep.serve import Faults
+from rqsweep.study import StudyStorage
+from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
+
+SWEEP = {"strategy": "optimize", "knobs": {"rrf_k": {"low": 1, "high": 200, "log": True},
+                                            "min_similarity": {"include_off": True, "low": 0.0, "high": 0.5}},
+         "optimize": {"sampler": "random", "n_trials": 14, "seed": 4, "batch_size": 2}}
+METRICS = ["setting_id", "slice", "queries", "recall_at_5", "recall_at_10", "mrr", "errors"]
+
+
+def _url(dsn: str) -> str:
+    parts = dict(p.split("=", 1) for p in dsn.split())
+    return f"postgresql://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rqsweep.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "SOAT_PASSWORD": PASSWORD})
+
+
+def _wait(what, timeout: float = 90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what.__name__}")
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_three_workers_one_killed_mid_trial_every_trial_once_and_the_grid_re_evaluates(tmp_path, pg_dsn):
+    folder = tmp_path / "job"
+    write_corpus(folder)
+    embedded = write_config(folder, "embedded", EMBEDDED, SWEEP)
+    url = _url(pg_dsn)
+    storage = StudyStorage(url, None).optuna
+    # Every search answers after 50 ms: a trial lasts long enough to be killed in the middle of it.
+    with serving(embedded, faults=Faults(rate=1.0, kinds=("slow",), slow_seconds=0.05)) as server:
+        config = write_config(folder, "pgstudy", http_backend(server.url, mode="direct"), SWEEP)
+        coordinator = _cli(config, "--storage", url, "--output-dir", tmp_path / "out", "--quiet")
+
+        def study_created():
+            return optuna.get_all_study_names(storage)
+
+        study_name = _wait(study_created)[0]
+        workers = [_cli("worker", config, "--storage", url, "--study", study_name, "--quiet") for _ in range(3)]
+        victim = workers[0]
+        holder = f"{socket.gethostname()}:{victim.pid}"
+
+        def victim_mid_trial():
+            return [t.number for t in optuna.load_study(study_name=study_name, storage=storage).get_trials()
+                    if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("worker") == holder]
+
+        killed = _wait(victim_mid_trial)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        for proc in [coordinator, *workers[1:]]:
+            _, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err
+            assert "Traceback" not in err and "postgresql" not in err
+
+    trials = optuna.load_study(study_name=study_name, storage=storage).get_trials()
+    states = {t.number: t.state for t in trials}
+    assert all(states[n] == optuna.trial.TrialState.FAIL for n in killed)
+    assert set(states.values()) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}
+    retried = {optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t): t for t in trials}
+    for n in killed:  # each killed trial was asked again with its parameters and completed
+        assert retried[n].state == optuna.trial.TrialState.COMPLETE
+        assert retried[n].params == next(t for t in trials if t.number == n).params
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    evaluated = [t.user_attrs["setting_id"] for t in complete if not t.user_attrs["repeat"]]
+    assert len(evaluated) == len(set(evaluated)) >= 14  # every setting counted once
+    assert len({t.user_attrs["worker"] for t in complete}) >= 3  # the coordinator and the surviving workers
+
+    run_dir = next((tmp_path / "out" / "pgstudy").iterdir())
+    grid = pl.read_parquet(run_dir / "grid.parquet")
+    baseline = Knobs(60, None, 0.0)
+    assert set(grid["setting_id"]) == set(evaluated) | {baseline.id}
+    # The collected rows equal an in-process re-evaluation of the same settings on the embedded engine.
+    inputs = load_inputs(embedded)
+    backend = build_backend(inputs.config, inputs.golden, inputs.corpus, workers=1, log=lambda _: None,
+                            run_dir=tmp_path / "again")
+    again = Sweep(inputs, backend, tmp_path / "again", "again", Progress(0, "again", quiet=True))
+    again.evaluate([baseline, *(Knobs.from_id(s) for s in evaluated)])
+    backend.close()
+    want = again.finish().grid.select(METRICS).sort("setting_id", "slice")
+    assert grid.select(METRICS).sort("setting_id", "slice").equals(want)
