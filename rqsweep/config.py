@@ -215,7 +215,7 @@ class SweepConfig:
     n_trials: int = field(default=100, repr=False)  # distinct settings evaluated, the baseline not counted
     seed: int | None = None
     timeout: float | None = field(default=None, repr=False)
-    warm_start: int = 32  # at most this many coarse-grid settings enqueued before the sampler proposes
+    warm_start: int = 0  # at most this many coarse-grid settings enqueued before the sampler proposes
     batch_size: int = 8  # settings proposed before any is told (one fast-path batch or HTTP wave)
     storage: str | None = field(default=None, repr=False)  # study URL; None = a journal file in the run folder
     source: str = "inline"
@@ -407,7 +407,7 @@ def _sweep(value: object, config: Path) -> SweepConfig:
         n_trials=opt.get("n_trials", int, 100, lambda v: v >= 1, "must be >= 1"),
         seed=opt.get("seed", int, None),
         timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),
-        warm_start=opt.get("warm_start", int, 32, lambda v: v >= 0, "must be >= 0 (0 = no warm start)"),
+        warm_start=opt.get("warm_start", int, 0, lambda v: v >= 0, "must be >= 0 (0 = no warm start)"),
         batch_size=opt.get("batch_size", int, 8, lambda v: v >= 1, "must be >= 1"),
         storage=opt.get("storage", str, None, lambda v: "://" in v, "must be a URL: sqlite:///FILE or "
                         "postgresql://USER@HOST/DB"),
