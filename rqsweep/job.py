@@ -349,9 +349,10 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
             progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
         raise
     info["server_profile"] = backend.profile
-    prepared = time.monotonic()
-    sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     try:
+        write_json(run_dir / "run.json", info)
+        prepared = time.monotonic()
+        sweep = Sweep(inputs, backend, run_dir, run_id, progress)
         sweep.run()
         evaluated = time.monotonic()
         done = sweep.finish()

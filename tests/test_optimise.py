@@ -125,6 +125,7 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
     config = write_job(tmp_path / "job", sweep=sweep)
     reference = job.run(config, quiet=True, output_dir=tmp_path / "reference")
     rng = random.Random(how)
+    stopped = 0
     for attempt in range(TRIES):
         out = tmp_path / f"out{attempt}"
         proc = _cli(str(config), "--quiet", "--output-dir", str(out))
@@ -143,9 +144,11 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
         else:
             assert proc.returncode == 128 + how, err
             assert status == "interrupted" and str(run_dir) in err
+            stopped += 1
         resumed = job.run(config, quiet=True, resume=run_dir)
         assert resumed.best == reference.best
         assert _comparable(resumed.grid).equals(_comparable(reference.grid))
+    assert stopped >= TRIES // 2, f"only {stopped} of {TRIES} runs were stopped mid-search"
 
 
 def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, searched):
