@@ -24,16 +24,19 @@ from rqsweep.errors import InputError
 from rqsweep.files import write_parquet
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import KNOBS, Knobs
+from rqsweep.study import redact_url
 
 LOCK_FILE = "run.lock"
 
 
 def redact(value: object) -> object:
-    """A copy of a config with every secret-looking key's value replaced."""
+    """A copy of a config with every secret-looking key's value replaced, and every URL's password."""
     if isinstance(value, dict):
         return {k: ("***" if SECRET_KEY.search(str(k)) and v is not None else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
+    if isinstance(value, str):
+        return redact_url(value)
     return value
 
 

@@ -22,6 +22,8 @@ from typing import Any, Iterable, Iterator
 import optuna
 from optuna.storages.journal import BaseJournalBackend
 
+from rqsweep.errors import BackendError
+
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 20  # a trial whose worker has been silent this long is failed and asked again
 MAX_RETRIES = 3
@@ -100,11 +102,15 @@ class StudyStorage:
             self._journal = BatchedJournalFile(folder / "optuna.journal")
             self.optuna: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self._journal)
         else:
-            with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                self.optuna = optuna.storages.RDBStorage(
-                    driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES))
+            try:
+                with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    self.optuna = optuna.storages.RDBStorage(
+                        driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+                        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES))
+            except Exception as exc:  # SQLAlchemy: bad URL, unreachable server, refused login
+                reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+                raise BackendError(f"cannot open the study storage {redact_url(url)}: {redact_url(reason)}") from None
 
     heartbeat_seconds = HEARTBEAT_SECONDS
 

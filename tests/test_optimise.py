@@ -131,7 +131,7 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
         proc = _cli(str(config), "--quiet", "--output-dir", str(out))
         # Wait for the run folder, then stop it somewhere inside its search (or just after it).
         deadline = time.monotonic() + 60
-        while not list(out.glob("mini/*/run.json")) and time.monotonic() < deadline and proc.poll() is None:
+        while not list(out.glob("mini/*/state")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.01)
         time.sleep(rng.uniform(0, 1.5))
         proc.send_signal(how)
@@ -166,3 +166,16 @@ def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, 
     assert _comparable(collected.grid).equals(_comparable(first.grid))
     queries = pl.read_parquet(first.run_dir / "queries.parquet")
     assert queries["setting_id"].n_unique() == 13
+
+
+def test_an_unreachable_storage_is_a_backend_error_without_its_password(tmp_path):
+    from rqsweep.errors import BackendError
+    from rqsweep.results import redact
+    from rqsweep.study import StudyStorage
+
+    url = "postgresql://tuner:pw-never-shown@127.0.0.1:1/studies"
+    with pytest.raises(BackendError) as err:
+        StudyStorage(url, None)
+    assert "pw-never-shown" not in str(err.value) and "127.0.0.1" in str(err.value)
+    assert redact({"sweep": {"optimize": {"storage": url}}}) == \
+        {"sweep": {"optimize": {"storage": "postgresql://tuner:***@127.0.0.1:1/studies"}}}
