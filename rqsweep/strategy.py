@@ -10,6 +10,7 @@ import os
 import socket
 import time
 import warnings
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -45,10 +46,12 @@ def make_sampler(sweep: SweepConfig, seed: int | None) -> optuna.samplers.BaseSa
     return optuna.samplers.RandomSampler(seed=seed)
 
 
-def batch_seed(seed: int | None, trials: int) -> int | None:
-    """The sampler's seed for the batch after `trials` trials: a function of the study's history only, so that a
-    resumed run proposes what the uninterrupted one would have."""
-    return None if seed is None else int(np.random.SeedSequence([seed, trials]).generate_state(1)[0])
+def batch_seed(seed: int | None, trials: int, worker: str = "") -> int | None:
+    """The sampler's seed for `worker`'s batch after `trials` trials: a function of the study's history only, so
+    that a resumed run proposes what the uninterrupted one would have."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, trials, zlib.crc32(worker.encode())]).generate_state(1)[0])
 
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
@@ -134,8 +137,7 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
     stalled = 0
     progress(0)
     while True:
-        if storage.shared:
-            optuna.storages.fail_stale_trials(study)
+        storage.fail_stale(study)
         trials = study.get_trials(deepcopy=False)
         before = len(counted)
         for trial in trials:
@@ -157,15 +159,16 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
         if stalled >= STALL_PROPOSALS:
             log(f"stopped after {stalled} proposals in a row of settings already evaluated")
             break
-        study.sampler = make_sampler(sweep, batch_seed(sweep.seed, len(trials)))
+        # Workers sharing a study must not all draw the same proposals from the same history.
+        study.sampler = make_sampler(sweep, batch_seed(sweep.seed, len(trials), WORKER if storage.shared else ""))
         # Retried trials (waiting) are asked even past the budget: a setting a killed worker held is never lost.
         asked = [study.ask() for _ in range(min(remaining, max(sweep.batch_size, waiting)) if remaining > 0
                                             else waiting)]
-        for trial in asked:
-            trial.set_user_attr("worker", WORKER)
-        proposed = [suggest(t, sweep, baseline) for t in asked]
-        fresh = list({k.id: k for k in proposed if k.id not in known}.values())
         with storage.beating([t._trial_id for t in asked]):
+            proposed = [suggest(t, sweep, baseline) for t in asked]
+            for trial in asked:  # after the first heartbeat: a trial without a worker and without one is an orphan
+                trial.set_user_attr("worker", WORKER)
+            fresh = list({k.id: k for k in proposed if k.id not in known}.values())
             known.update(zip((k.id for k in fresh), score(fresh)))
         stalled = 0 if fresh else stalled + len(asked)
         first = {k.id for k in fresh}

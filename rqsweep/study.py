@@ -16,6 +16,7 @@ import signal
 import threading
 import warnings
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -132,12 +133,15 @@ class StudyStorage:
             return
         stop = threading.Event()
 
+        def beat_all() -> None:
+            for trial_id in trial_ids:
+                self.optuna.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+
         def beat() -> None:
-            while True:
-                for trial_id in trial_ids:
-                    self.optuna.record_heartbeat(trial_id)  # type: ignore[attr-defined]
-                if stop.wait(HEARTBEAT_SECONDS):
-                    return
+            while not stop.wait(HEARTBEAT_SECONDS):
+                beat_all()
+
+        beat_all()  # before anything else: a trial that never beat could never be found stale
 
         thread = threading.Thread(target=beat, daemon=True)
         thread.start()
@@ -146,6 +150,24 @@ class StudyStorage:
         finally:
             stop.set()
             thread.join()
+
+    def fail_stale(self, study: optuna.Study) -> None:
+        """Fail the trials of workers that died, and ask them again: those whose heartbeat stopped, and those
+        whose worker died between asking and its first heartbeat (no `worker` attribute after `GRACE_SECONDS`)."""
+        if self._journal is not None:
+            return
+        optuna.storages.fail_stale_trials(study)
+        now = datetime.now()
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES)
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            started = trial.datetime_start
+            if "worker" in trial.user_attrs or started is None or (now - started).total_seconds() < GRACE_SECONDS:
+                continue
+            try:
+                if self.optuna.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL):
+                    retry(study, self.optuna.get_trial(trial._trial_id))
+            except optuna.exceptions.UpdateFinishedTrialError:  # another worker failed it first
+                pass
 
     def describe(self) -> str:
         """Where the study lives, the password redacted."""

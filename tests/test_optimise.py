@@ -139,8 +139,9 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
         run_dir = next(out.glob("mini/*"))
         assert "Traceback" not in err, err
         status = json.loads((run_dir / "run.json").read_text())["status"]
-        if status == "complete":  # the search finished before the signal (which may have cut the report short)
-            assert proc.returncode in (0, 128 + how), err
+        if status == "complete":  # the search finished before the signal, which may have cut the report short or
+            # (-how) met the interpreter's exit, after its handlers are gone
+            assert proc.returncode in (0, 128 + how, -how), err
         else:
             assert proc.returncode == 128 + how, err
             assert status == "interrupted" and str(run_dir) in err
