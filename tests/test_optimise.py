@@ -123,7 +123,9 @@ TRIES = int(__import__("os").environ.get("RQSWEEP_SIGNAL_TRIES", "4"))
 def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_result(tmp_path, how):
     sweep = {**CONTINUOUS, "optimize": {**CONTINUOUS["optimize"], "n_trials": 60}}
     config = write_job(tmp_path / "job", sweep=sweep)
+    began = time.monotonic()
     reference = job.run(config, quiet=True, output_dir=tmp_path / "reference")
+    span = time.monotonic() - began  # about how long the search lasts (index build and report included)
     rng = random.Random(how)
     stopped = 0
     for attempt in range(TRIES):
@@ -133,7 +135,7 @@ def test_a_signal_at_any_moment_ends_cleanly_and_resume_gives_the_uninterrupted_
         deadline = time.monotonic() + 60
         while not list(out.glob("mini/*/state")) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.01)
-        time.sleep(rng.uniform(0, 1.5))
+        time.sleep(rng.uniform(0, 0.6 * span))
         proc.send_signal(how)
         _, err = proc.communicate(timeout=120)
         run_dir = next(out.glob("mini/*"))
