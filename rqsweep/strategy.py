@@ -51,7 +51,8 @@ def batch_seed(seed: int | None, trials: int, worker: str = "") -> int | None:
     that a resumed run proposes what the uninterrupted one would have."""
     if seed is None:
         return None
-    return int(np.random.SeedSequence([seed, trials, zlib.crc32(worker.encode())]).generate_state(1)[0])
+    entropy = [seed, trials] + ([zlib.crc32(worker.encode())] if worker else [])
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
