@@ -137,7 +137,7 @@ class Sweep:
         """Run (or join, as a worker) the study; with a shared storage, gather what every worker evaluated."""
         obj = self.config.objective
         objective = Objective(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
-            "run_id": self.run_id, "config": str(self.config.path), "config_sha256": self.config.sha256,
+            "run_id": self.run_id, "config": self.config.name, "config_sha256": self.config.sha256,
             "golden_sha256": self.golden.sha256, "inputs_sha256": self.inputs.sha256})
         self.progress.total = self.config.sweep.n_trials
         study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, objective, self.progress,
@@ -349,10 +349,9 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
             progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
         raise
     info["server_profile"] = backend.profile
+    prepared = time.monotonic()
+    sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     try:
-        write_json(run_dir / "run.json", info)
-        prepared = time.monotonic()
-        sweep = Sweep(inputs, backend, run_dir, run_id, progress)
         sweep.run()
         evaluated = time.monotonic()
         done = sweep.finish()
