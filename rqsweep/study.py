@@ -56,18 +56,26 @@ def held_signals() -> Iterator[None]:
 class BatchedJournalFile(BaseJournalBackend):
     """An Optuna journal (the format `JournalFileBackend` and optuna-dashboard read), appended only by `commit`.
 
-    Operations are kept in memory until `commit` appends them in one write; a line cut by a killed
-    process (none should be) is ignored on reading, with what follows it.
+    Operations are kept in memory until `commit` appends them in one write. A last line cut by a process
+    killed mid-append is dropped on opening, from the file too, so that the next append starts a line
+    of its own (the run folder's lock keeps other processes out meanwhile).
     """
 
     def __init__(self, path: Path):
         self.path = path
         self._logs: list[dict[str, Any]] = []
         if path.exists():
-            for line in path.read_bytes().splitlines(keepends=True):
+            whole = 0  # bytes of complete lines
+            raw = path.read_bytes()
+            for line in raw.splitlines(keepends=True):
                 if not line.endswith(b"\n"):
                     break
                 self._logs.append(json.loads(line))
+                whole += len(line)
+            if whole < len(raw):
+                with open(path, "r+b") as f:
+                    f.truncate(whole)
+                    os.fsync(f.fileno())
         self._written = len(self._logs)
 
     def read_logs(self, log_number_from: int) -> Iterable[dict[str, Any]]:

@@ -182,3 +182,19 @@ def test_an_unreachable_storage_is_a_backend_error_without_its_password(tmp_path
     assert "pw-never-shown" not in str(err.value) and "127.0.0.1" in str(err.value)
     assert redact({"sweep": {"optimize": {"storage": url}}}) == \
         {"sweep": {"optimize": {"storage": "postgresql://tuner:***@127.0.0.1:1/studies"}}}
+
+
+def test_a_journal_line_cut_by_a_kill_is_dropped_so_the_next_append_starts_its_own(tmp_path):
+    from rqsweep.study import BatchedJournalFile
+
+    path = tmp_path / "optuna.journal"
+    journal = BatchedJournalFile(path)
+    journal.append_logs([{"op_code": 0, "n": 1}, {"op_code": 0, "n": 2}])
+    journal.commit()
+    with open(path, "ab") as f:  # what a SIGKILL in the middle of the next append leaves
+        f.write(b'{"op_code":0,"n":')
+    reopened = BatchedJournalFile(path)
+    assert [log["n"] for log in reopened.read_logs(0)] == [1, 2]
+    reopened.append_logs([{"op_code": 0, "n": 3}])
+    reopened.commit()
+    assert [log["n"] for log in BatchedJournalFile(path).read_logs(0)] == [1, 2, 3]
