@@ -26,8 +26,10 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
-from rqsweep.backends.http.mapping import SEARCH_PATH
+from rqsweep.backends.http.direct import Searcher
+from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, SearchScope
 from rqsweep.errors import BackendError
+from rqsweep.knobs import Knobs
 from rqsweep.scrub import scrub_secrets
 from rqsweep.serve import Faults
 from tests.http_support import (EMBEDDED, PASSWORD, comparable, http_backend, leaks, serving, write_config,
@@ -89,8 +91,10 @@ class _EchoingProxy:
     """A proxy in front of `upstream` that answers 500, echoing the credentials it was sent, to the login
     (`echo_login`) or to searches for `echo_query`; every other request is passed on."""
 
-    def __init__(self, upstream: str, echo_query: str | None = None, echo_login: bool = False):
+    def __init__(self, upstream: str, echo_query: str | None = None, echo_login: bool = False,
+                 status: int = 500):
         self.upstream, self.echo_query, self.echo_login = upstream, echo_query, echo_login
+        self.status = status  # 500: an error body; 200: a malformed search answer quoting the credentials
         self.echoed = 0
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
@@ -128,6 +132,8 @@ class _EchoingProxy:
                     proxy.echoed += 1
                     message = (f"upstream refused Authorization: {self.headers.get('Authorization')} "
                                f"(key {UPSTREAM_KEY}) for {raw.decode()}")
+                    if proxy.status == 200:
+                        return self._reply(200, json.dumps({"results": [{"source_type": message}]}).encode())
                     error = {"error": {"code": "INTERNAL_ERROR", "message": message}}
                     return self._reply(500, json.dumps(error).encode())
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
@@ -143,12 +149,14 @@ class _EchoingProxy:
         return Handler
 
 
-def test_a_search_error_echoing_the_token_reaches_no_file_log_or_message(tmp_path, capsys, caplog):
+@pytest.mark.parametrize("status, said", [(500, "HTTP 500 INTERNAL_ERROR: upstream refused"),
+                                          (200, "search response: results[0].source_type = 'upstream refused")])
+def test_a_search_error_echoing_the_token_reaches_no_file_log_or_message(tmp_path, capsys, caplog, status, said):
     caplog.set_level(logging.DEBUG)
     write_corpus(tmp_path)
     last_query = yaml.safe_load((tmp_path / "golden.yaml").read_text())[-1]["query"]
     with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
-        proxy = _EchoingProxy(server.url, echo_query=last_query)
+        proxy = _EchoingProxy(server.url, echo_query=last_query, status=status)
         try:
             config = write_config(tmp_path, "echoed", http_backend(proxy.url, mode="direct", retries=1))
             code = cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"])
@@ -157,15 +165,16 @@ def test_a_search_error_echoing_the_token_reaches_no_file_log_or_message(tmp_pat
             client.connect()
             tokens += list(server.accounts._sessions)
             with pytest.raises(RequestFailed) as raised:
-                client.request("POST", SEARCH_PATH, {"query": last_query})
+                Searcher(client, 10, SearchScope(), Dialect()).hits(last_query, Knobs())
             client.close()
         finally:
             proxy.close()
-    assert code == 4 and proxy.echoed > SETTINGS * 2  # each search of that query failed, after one retry
+    # Each search of that query failed: a 500 after one retry; a malformed 200 at once (nothing to retry).
+    assert code == 4 and proxy.echoed > SETTINGS * (2 if status == 500 else 1)
     secrets = [PASSWORD, UPSTREAM_KEY, *tokens]
     (run_dir,) = (tmp_path / "out" / "echoed").iterdir()
     errors = pl.read_parquet(run_dir / "queries.parquet")["error"].drop_nulls()
-    assert errors.len() == SETTINGS and errors.str.contains("HTTP 500 INTERNAL_ERROR: upstream refused").all()
+    assert errors.len() == SETTINGS and errors.str.contains(said, literal=True).all()
     assert leaks(tmp_path / "out", secrets) == []
     captured = capsys.readouterr()
     for text in (captured.out, captured.err, caplog.text, str(raised.value), repr(raised.value.args)):

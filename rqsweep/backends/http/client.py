@@ -170,7 +170,7 @@ class SoatClient:
             try:
                 response = self.http.request(method, path, json=body, params=params, headers=headers)
             except httpx.TransportError as exc:
-                problem = self._scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                problem = self.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 if not self._answered and isinstance(exc, _UNREACHABLE):
                     raise BackendError(f"cannot reach SOAT at {self.base_url} ({problem})") from None
                 retryable = idempotent or isinstance(exc, _NOT_SENT)
@@ -187,7 +187,7 @@ class SoatClient:
                         self._succeeded()
                         return Reply(status, payload, _server_time_ms(response))
                 else:
-                    failure = _error_of(response, self._scrub)
+                    failure = _error_of(response, self.scrub)
                     if status == 401 and authenticated and self.session.can_login and not relogged:
                         relogged = True
                         self.connect()  # the login token expired: log in again, once
@@ -227,7 +227,7 @@ class SoatClient:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.http.close()
 
-    def _scrub(self, text: str) -> str:
+    def scrub(self, text: str) -> str:
         """A server's words with our credentials (and anything credential-shaped) masked: servers and
         proxies may echo the Authorization header or the login body."""
         return scrub_secrets(text, self.session.secrets())

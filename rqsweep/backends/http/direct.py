@@ -9,7 +9,8 @@ import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import (
-    SEARCH_PATH, Dialect, PreparedQuery, SearchScope, expected_positions, parse_hits, search_body,
+    SEARCH_PATH, Dialect, PreparedQuery, ResponseShapeError, SearchScope, expected_positions, parse_hits,
+    search_body,
 )
 from rqsweep.knobs import Knobs
 
@@ -37,7 +38,10 @@ class Searcher:
         clock)."""
         body = search_body(query, knobs, limit or self.limit, scope or self.scope, self.dialect)
         reply = self.client.request("POST", SEARCH_PATH, body)
-        return parse_hits(reply.body, self.dialect), reply
+        try:
+            return parse_hits(reply.body, self.dialect), reply
+        except ResponseShapeError as exc:  # it may quote what the server sent back, credentials included
+            raise ResponseShapeError(self.client.scrub(str(exc))) from None
 
     def outcome(self, query: PreparedQuery, knobs: Knobs) -> Outcome:
         try:
