@@ -4,8 +4,8 @@
 
 The other revision is exported with `git archive` into a temporary folder and run with this venv's
 interpreter (PYTHONPATH first), alternating with this checkout round by round so both see the same
-machine load. Prints each side's median wall time and the ratio; the run folders go to a temporary
-directory.
+machine load. Prints each side's median wall time, the ratio, and the sizes of this checkout's Parquet
+outputs; the run folders go to a temporary directory.
 """
 
 from __future__ import annotations
@@ -49,13 +49,15 @@ def main() -> None:
         other = export(args.against, Path(tmp) / "other")
         times: dict[str, list[float]] = {"this checkout": [], args.against: []}
         for _ in range(args.rounds):
-            times["this checkout"].append(wall(ROOT, args.config, Path(tmp) / "out"))
-            times[args.against].append(wall(other, args.config, Path(tmp) / "out"))
+            times["this checkout"].append(wall(ROOT, args.config, Path(tmp) / "this"))
+            times[args.against].append(wall(other, args.config, Path(tmp) / "other"))
+        sizes = {p.name: p.stat().st_size for p in sorted(Path(tmp, "this").glob("*/*/*.parquet"))[-4:]}
     medians = {k: statistics.median(v) for k, v in times.items()}
     print(f"{args.config}, {args.rounds} alternating rounds, whole command (start-up, report and all)")
     for name, values in times.items():
         print(f"  {name:<16} median {medians[name]:6.2f} s   runs: {', '.join(f'{v:.2f}' for v in values)}")
     print(f"  ratio this / {args.against}: {medians['this checkout'] / medians[args.against]:.2f}")
+    print("  this checkout's outputs: " + ", ".join(f"{name} {size / 1000:.0f} kB" for name, size in sizes.items()))
 
 
 if __name__ == "__main__":
