@@ -57,7 +57,7 @@ class DaskShards:
     def _connect(self, workers: WorkersConfig, log: Callable[[str], None]) -> None:
         from distributed import Client, LocalCluster  # first: importing it sets its loggers' levels
 
-        for name in ("distributed.client", "distributed.comm"):
+        for name in ("distributed.client", "distributed.comm", "distributed.batched", "distributed.core"):
             # Their reconnection tracebacks would bury the BackendError that says what happened and what to do.
             logging.getLogger(name).setLevel(logging.CRITICAL)
         try:
