@@ -42,6 +42,14 @@ from rqsweep.validation import CrossValidation, cross_validate, summary_lines
 SliceTables = dict[str, dict[str, dict[str, float | None]]]  # setting id -> slice -> metric -> value
 
 
+def _by_setting(per_slice: pl.DataFrame) -> SliceTables:
+    """`metrics.slice_metrics` rows as setting id -> slice -> that row (each metric, queries, errors)."""
+    out: SliceTables = {}
+    for row in per_slice.iter_rows(named=True):
+        out.setdefault(row["setting_id"], {})[row["slice"]] = row
+    return out
+
+
 @dataclass
 class Outcome:
     run_dir: Path
@@ -99,11 +107,7 @@ class Sweep:
             pl.col("query_id").replace_strict(self._slice_of, return_dtype=pl.String).alias("slice"))
 
     def tables(self, rows: pl.DataFrame) -> SliceTables:
-        per_slice = metrics.slice_metrics(self.scored(rows), self.inputs.metrics)
-        out: SliceTables = {}
-        for row in per_slice.iter_rows(named=True):
-            out.setdefault(row["setting_id"], {})[row["slice"]] = {m: row[m] for m in (*self.inputs.metrics, "errors")}
-        return out
+        return _by_setting(metrics.slice_metrics(self.scored(rows), self.inputs.metrics))
 
     def baseline_table(self) -> dict:
         if self._baseline_table is None:
@@ -183,9 +187,7 @@ class Sweep:
         scored = self.scored(rows)
         names = self.inputs.metrics
         per_slice = metrics.slice_metrics(scored, names)
-        tables: SliceTables = {}
-        for row in per_slice.iter_rows(named=True):
-            tables.setdefault(row["setting_id"], {})[row["slice"]] = row
+        tables = _by_setting(per_slice)
         settings = settings_of(rows)
         obj = self.config.objective
         best, verdicts = choose_best(list(settings), tables, self.baseline_id, obj.metric, obj.slice,
@@ -410,7 +412,8 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
     progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
         backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
-                                workers=inputs.config.workers if workers is None else workers)
+                                workers=inputs.config.workers if workers is None
+                                else replace(inputs.config.workers, n=workers))
         try:
             sweep = Sweep(inputs, backend, Path(tmp), attrs["run_id"], progress)
             sweep.optimise(storage, coordinator=False)

@@ -1,7 +1,7 @@
 """Search strategies: which settings to evaluate next. A grid walks its list; Optuna proposes.
 
-Both hand settings to `evaluate` in batches (the fast path likes many settings at once) and know
-nothing of backends or storage.
+Both hand settings to `evaluate` (or `score`) in batches, since the fast path likes many settings at
+once, and know nothing of backends; the optimiser keeps its study in a `StudyStorage`.
 """
 
 from __future__ import annotations
