@@ -1,16 +1,25 @@
-"""What makes a setting infeasible: a slice that collapses, absolutely or against the baseline."""
+"""What makes a setting infeasible: a slice that collapses, absolutely or against the baseline; and which
+feasible setting is best.
+
+Every check runs on arrays of slice means, all settings at once: a 100,000-setting grid is checked in
+milliseconds, and the run, the cross-validation folds and the optimiser share the same rule.
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import polars as pl
 
 from rqsweep.config import Constraint
+from rqsweep.golden import OVERALL
 
 # Metrics are means of a few dozen terms: compare with a little slack so that float noise in a
 # mean equal to the bound does not count as a violation.
 _SLACK = 1e-9
-
-SliceTable = Mapping[str, Mapping[str, float | None]]  # slice -> metric -> value
+INCOMPLETE = "incomplete"  # the key of a setting with failed searches: not known to be safe
 
 
 def constraint_slices(constraint: Constraint, slices: Sequence[str]) -> list[str]:
@@ -18,55 +27,103 @@ def constraint_slices(constraint: Constraint, slices: Sequence[str]) -> list[str
     return list(slices) if constraint.slice == "*" else [constraint.slice]
 
 
-def constraint_values(table: SliceTable, baseline: SliceTable, constraints: Sequence[Constraint],
-                      slices: Sequence[str]) -> list[tuple[str, str, float]]:
-    """(key, description, value) per constraint and slice; feasible iff value <= 0 (Optuna's convention)."""
-    out = []
-    for c in constraints:
-        for s in constraint_slices(c, slices):
-            key = f"{c.metric}[{s}]:{'min' if c.min is not None else 'max_drop'}"
-            value = table[s][c.metric]
-            if value is None:  # every search of the slice failed: nothing shows it is safe
-                out.append((key, f"{c.metric}[{s}] has no successful search", 1.0))
-            elif c.min is not None:
-                out.append((key, f"{c.metric}[{s}] = {value:.4f} < {c.min:g}", c.min - value - _SLACK))
-            else:
-                base = baseline[s][c.metric]
-                if base is None:
-                    continue
-                out.append((key, f"{c.metric}[{s}] = {value:.4f} fell {base - value:.4f} below the baseline's "
-                                 f"{base:.4f} (max drop {c.max_drop:g})", base - value - c.max_drop - _SLACK))
-    return out
+def constraint_key(constraint: Constraint, slice_: str) -> str:
+    """How a constraint on one slice is named in the grid's `violations` and in Optuna: `mrr[factual]:max_drop`."""
+    return f"{constraint.metric}[{slice_}]:{'min' if constraint.min is not None else 'max_drop'}"
 
 
-def violations(table: SliceTable, baseline: SliceTable, constraints: Sequence[Constraint],
-               slices: Sequence[str], errors: int) -> list[tuple[str, str]]:
-    """(key, words) for each reason a setting is infeasible; empty when it is feasible and complete."""
-    found = [(key, text) for key, text, value in constraint_values(table, baseline, constraints, slices) if value > 0]
-    if errors:
-        found.insert(0, ("incomplete", f"incomplete: {errors} failed searches"))
-    return found
+@dataclass(frozen=True)
+class SliceMeans:
+    """Each setting's metric means per slice, as one array: what the constraints and the objective read."""
+
+    settings: list[str]  # in evaluation order: the order ties are broken in
+    slices: list[str]  # the golden set's slices, then `overall`
+    metrics: list[str]
+    values: np.ndarray  # (settings, slices, metrics); NaN where the slice has no successful search
+    errors: np.ndarray  # (settings,) failed searches
+
+    @classmethod
+    def from_frame(cls, per_slice: pl.DataFrame, settings: Sequence[str], slices: Sequence[str],
+                   metrics: Sequence[str]) -> SliceMeans:
+        """From `metrics.slice_metrics` rows (one per setting and slice, `overall` included)."""
+        settings, slices = list(settings), [*slices, OVERALL]
+        order = pl.DataFrame({"setting_id": settings})
+        values = np.full((len(settings), len(slices), len(metrics)), np.nan)
+        errors = np.zeros(len(settings), np.int64)
+        for n, s in enumerate(slices):
+            rows = order.join(per_slice.filter(pl.col("slice") == s), on="setting_id", how="left",
+                              maintain_order="left")
+            values[:, n, :] = rows.select(pl.col(m).cast(pl.Float64) for m in metrics).to_numpy()
+            if s == OVERALL:
+                errors = rows["errors"].fill_null(0).to_numpy().astype(np.int64)
+        return cls(settings, slices, list(metrics), values, errors)
+
+    def value(self, setting: str, slice_: str, metric: str) -> float | None:
+        v = self.values[self.settings.index(setting), self.slices.index(slice_), self.metrics.index(metric)]
+        return None if np.isnan(v) else float(v)
 
 
-def choose_best(order: Sequence[str], tables: Mapping[str, SliceTable], baseline_id: str, objective_metric: str,
-                objective_slice: str, constraints: Sequence[Constraint], slices: Sequence[str],
-                errors: Mapping[str, int]) -> tuple[str | None, dict[str, list[tuple[str, str]]]]:
-    """The best feasible setting among `order` (None when none is), and each setting's violations.
+def constraint_values(means: SliceMeans, baseline: str, constraints: Sequence[Constraint],
+                      slices: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """Each constraint on each of `slices` it covers: its key, and its (settings,) values as columns of a
+    (settings, keys) array: > 0 violated, <= 0 met (Optuna's convention), NaN where nothing can be checked
+    (a drop from a baseline without a successful search on the slice).
 
-    Highest objective wins; equal objectives keep the earlier setting in `order`, except that the
-    baseline wins a tie: no knob should move without a measured gain. A setting whose objective has
-    no successful search cannot be best.
+    A slice without a successful search violates every constraint on it: nothing shows it is safe.
     """
-    baseline = tables[baseline_id]
-    verdicts: dict[str, list[tuple[str, str]]] = {}
-    best, best_value = None, None
-    for sid in order:
-        table = tables[sid]
-        found = violations(table, baseline, constraints, slices, errors.get(sid, 0))
-        verdicts[sid] = found
-        value = table[objective_slice][objective_metric]
-        if found or value is None:
-            continue
-        if best_value is None or value > best_value or (value == best_value and sid == baseline_id):
-            best, best_value = sid, value
-    return best, verdicts
+    keys, columns = [], []
+    base = means.settings.index(baseline)
+    for c in constraints:
+        m = means.metrics.index(c.metric)
+        for s in constraint_slices(c, slices):
+            value = means.values[:, means.slices.index(s), m]
+            if c.min is not None:
+                column = c.min - value - _SLACK
+            else:
+                column = means.values[base, means.slices.index(s), m] - value - c.max_drop - _SLACK
+            keys.append(constraint_key(c, s))
+            columns.append(np.where(np.isnan(value), 1.0, column))
+    return keys, np.column_stack(columns) if columns else np.zeros((len(means.settings), 0))
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What the constraints say of every setting, and the best feasible one."""
+
+    keys: list[str]  # constraint keys, `INCOMPLETE` first
+    violated: np.ndarray  # (settings, keys) bool
+    best: str | None  # None when no setting is feasible
+
+    def feasible(self) -> np.ndarray:
+        return ~self.violated.any(axis=1)
+
+    def violations(self) -> list[list[str]]:
+        """Per setting, the keys it violates."""
+        keys = np.array(self.keys, dtype=object)
+        return [keys[row].tolist() for row in self.violated]
+
+    def rejected(self) -> dict[str, int]:
+        """Key -> how many settings violate it (a setting violating several counts in each)."""
+        counts = self.violated.sum(axis=0)
+        return {k: int(n) for k, n in zip(self.keys, counts) if n}
+
+
+def choose_best(means: SliceMeans, baseline: str, objective: tuple[str, str], constraints: Sequence[Constraint],
+                slices: Sequence[str]) -> Verdicts:
+    """Each setting's violations and the best feasible setting, over `means.settings` in their order.
+
+    Highest objective wins; equal objectives keep the earlier setting, except that the baseline wins a
+    tie: no knob should move without a measured gain. A setting whose objective has no successful search
+    cannot be best. `slices` are the slices the constraints check (those with queries).
+    """
+    keys, values = constraint_values(means, baseline, constraints, slices)
+    violated = np.column_stack([means.errors > 0, values > 0])  # NaN > 0 is False: unchecked is met
+    metric, objective_slice = objective
+    score = means.values[:, means.slices.index(objective_slice), means.metrics.index(metric)]
+    candidates = ~violated.any(axis=1) & ~np.isnan(score)
+    best = None
+    if candidates.any():
+        top = np.flatnonzero(candidates & (score == score[candidates].max()))
+        chosen = means.settings.index(baseline) if means.settings.index(baseline) in top else top[0]
+        best = means.settings[chosen]
+    return Verdicts([INCOMPLETE, *keys], violated, best)

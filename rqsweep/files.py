@@ -7,10 +7,12 @@ gigabytes as soon as its value is copied or printed, so they are refused before 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
@@ -118,37 +120,89 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
         raise InputError(path, "", f"not valid YAML: {exc}") from None
 
 
-def _atomic(path: Path, write) -> None:
+@contextlib.contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary file beside `path` to write; fsynced and renamed onto `path` when the block ends well."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Created as any new file is, 0666 less the umask (mkstemp's files are 0600 whatever the umask); the
     # kernel applies the umask, so it is never read (reading it means setting it, for every thread).
     tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
-        write(tmp)
+        yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
 def write_text(path: Path, text: str) -> None:
     """Write a text file atomically: a temporary file in the same folder, fsynced, then renamed."""
-    _atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    with _atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def write_json(path: Path, data: object) -> None:
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """polars' large_string and large_list as plain string and list, which read everywhere (older readers too)."""
+    if pa.types.is_large_string(kind):
+        return pa.string()
+    if pa.types.is_large_list(kind) or pa.types.is_list(kind):
+        return pa.list_(pa.field(kind.value_field.name, _plain(kind.value_type)))
+    return kind
+
+
+def _arrow(frame: pl.DataFrame, metadata: dict[str, str] | None) -> pa.Table:
     table = frame.to_arrow()
-    # polars writes large_string; plain string reads everywhere (older readers included).
-    table = table.cast(pa.schema([
-        pa.field(f.name, pa.string() if pa.types.is_large_string(f.type) else f.type) for f in table.schema
-    ]))
+    table = table.cast(pa.schema([pa.field(f.name, _plain(f.type)) for f in table.schema]))
     if metadata:
         table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+    return table
+
+
+def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | None = None) -> None:
+    table = _arrow(frame, metadata)
+    with _atomic(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: dict[str, str] | None = None,
+                         rows_per_group: int = 1 << 20) -> None:
+    """Write a Parquet file atomically from frames made one at a time, so that the whole table is never in memory.
+
+    Frames (at least one, all of one schema) are gathered into row groups of at least `rows_per_group` rows
+    (the last may be smaller) and a frame is never split: a reader of one row group gets whole frames.
+    """
+    with _atomic(path) as tmp:
+        writer: pq.ParquetWriter | None = None
+        pending: list[pl.DataFrame] = []
+        held = 0
+
+        def flush() -> None:
+            nonlocal writer, pending, held
+            table = _arrow(pl.concat(pending), metadata)
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema)
+            else:
+                table = table.cast(writer.schema)
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            pending, held = [], 0
+
+        try:
+            for frame in frames:
+                pending.append(frame)
+                held += frame.height
+                if held >= rows_per_group:
+                    flush()
+            if pending:
+                flush()
+            if writer is None:
+                raise ValueError(f"no rows to write to {path}")
+        finally:
+            if writer is not None:
+                writer.close()

@@ -11,18 +11,19 @@ import shutil
 import signal
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import polars as pl
 
 from rqsweep import __version__, metrics
 from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
-from rqsweep.constraints import choose_best, constraint_values
+from rqsweep.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
-from rqsweep.files import write_json, write_parquet
+from rqsweep.files import write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs
 from rqsweep.knobs import Knobs
@@ -30,24 +31,13 @@ from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.summary import summarise
 from rqsweep.results import (
-    LOCK_FILE, LocalRunState, grid_table, hits_table, holding, load_run_json, new_run_folder, query_table, redact,
-    settings_of,
+    LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, new_run_folder,
+    query_table, redact, settings_of,
 )
 from rqsweep.space import grid
 from rqsweep.strategy import Objective, run_grid, run_optimize
 from rqsweep.study import StudyStorage, redact_url, study_name
-from rqsweep.validation import CrossValidation, cross_validate, summary_lines
-
-
-SliceTables = dict[str, dict[str, dict[str, float | None]]]  # setting id -> slice -> metric -> value
-
-
-def _by_setting(per_slice: pl.DataFrame) -> SliceTables:
-    """`metrics.slice_metrics` rows as setting id -> slice -> that row (each metric, queries, errors)."""
-    out: SliceTables = {}
-    for row in per_slice.iter_rows(named=True):
-        out.setdefault(row["setting_id"], {})[row["slice"]] = row
-    return out
+from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
 
 
 @dataclass
@@ -61,10 +51,10 @@ class Outcome:
 
 @dataclass
 class Finished:
-    """What a run's end writes: the tables, the chosen setting, and how many settings each constraint rejected."""
+    """What a run's end made of its state (queries.parquet is already written): the grid, the chosen setting,
+    and how many settings each constraint rejected."""
 
     grid: pl.DataFrame
-    queries: pl.DataFrame
     settings: dict[str, Knobs]
     best: str | None
     rejected: dict[str, int]
@@ -77,11 +67,11 @@ class Sweep:
     def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress):
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
         self.config, self.golden = inputs.config, inputs.golden
-        self.state = LocalRunState(run_dir / "state", OUTCOME_SCHEMA)
+        self.state = LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
         self.progress = progress
         self.baseline_id = self.config.baseline.id
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
-        self._baseline_table: dict | None = None
+        self._baseline_rows: pl.DataFrame | None = None
 
     def evaluate(self, settings: list[Knobs]) -> pl.DataFrame:
         """Evaluate and record the settings not finished yet; returns the rows just evaluated."""
@@ -99,37 +89,39 @@ class Sweep:
         wanted = {s.id for s in settings}
         if set(fresh["setting_id"].unique().to_list()) == wanted:
             return fresh
-        return self.state.rows().filter(pl.col("setting_id").is_in(wanted))
+        return self.state.rows_of(wanted)
+
+    def baseline_rows(self) -> pl.DataFrame:
+        if self._baseline_rows is None:
+            self._baseline_rows = self.rows_of([self.config.baseline])
+        return self._baseline_rows
 
     def scored(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Outcome rows with their slice, first relevant rank and every metric's per-query value."""
         return metrics.score_queries(rows, self.inputs.metrics).with_columns(
             pl.col("query_id").replace_strict(self._slice_of, return_dtype=pl.String).alias("slice"))
 
-    def tables(self, rows: pl.DataFrame) -> SliceTables:
-        return _by_setting(metrics.slice_metrics(self.scored(rows), self.inputs.metrics))
-
-    def baseline_table(self) -> dict:
-        if self._baseline_table is None:
-            self._baseline_table = self.tables(self.rows_of([self.config.baseline]))[self.baseline_id]
-        return self._baseline_table
-
     def score(self, settings: list[Knobs]):
         """Objective and constraint values per setting, for Optuna."""
-        tables = self.tables(self.rows_of(settings))
+        others = [s for s in settings if s.id != self.baseline_id]
+        rows = pl.concat([self.baseline_rows(), *([self.rows_of(others)] if others else [])])
+        names = self.inputs.metrics
+        means = SliceMeans.from_frame(metrics.slice_metrics(self.scored(rows), names),
+                                      rows["setting_id"].unique(maintain_order=True).to_list(), self.golden.slices,
+                                      names)
+        keys, values = constraint_values(means, self.baseline_id, self.config.constraints, self.golden.slices)
         obj = self.config.objective
         out = []
         for s in settings:
-            table = tables[s.id]
-            values = [(k, v) for k, _, v in constraint_values(table, self.baseline_table(), self.config.constraints,
-                                                              self.golden.slices)]
-            values.append(("complete", float(table[OVERALL]["errors"])))
-            out.append((table[obj.slice][obj.metric] or 0.0, values))
+            at = means.settings.index(s.id)
+            checked = [(k, float(v)) for k, v in zip(keys, values[at]) if not np.isnan(v)]
+            out.append((means.value(s.id, obj.slice, obj.metric) or 0.0,
+                        [*checked, ("complete", float(means.errors[at]))]))
         return out
 
     def run(self) -> None:
         sweep = self.config.sweep
-        self.baseline_table()
+        self.baseline_rows()
         if sweep.strategy == "grid":
             settings = grid(sweep, self.config.baseline)
             self.progress.total = len(settings)
@@ -153,7 +145,7 @@ class Sweep:
     def outcome_attrs(self, knobs: Knobs) -> dict:
         """A setting's per-query positions, compactly, for a collector on another machine: `positions` in the golden
         set's query order (null = failed search), with `errors` and `tie_sensitive` only where they say something."""
-        rows = self.state.rows().filter(pl.col("setting_id") == knobs.id)
+        rows = self.state.rows_of([knobs.id])
         by_query = {r["query_id"]: r for r in rows.iter_rows(named=True)}
         ordered = [by_query[q.id] for q in self.golden.queries]
         out: dict = {"positions": [r["positions"] for r in ordered]}
@@ -182,25 +174,37 @@ class Sweep:
             }, schema=OUTCOME_SCHEMA))
             finished.add(knobs.id)
 
-    def finish(self) -> Finished:
-        rows = self.state.rows()
-        scored = self.scored(rows)
-        names = self.inputs.metrics
-        per_slice = metrics.slice_metrics(scored, names)
-        tables = _by_setting(per_slice)
-        settings = settings_of(rows)
-        obj = self.config.objective
-        best, verdicts = choose_best(list(settings), tables, self.baseline_id, obj.metric, obj.slice,
-                                     self.config.constraints, self.golden.slices,
-                                     {sid: t[OVERALL]["errors"] for sid, t in tables.items()})
+    def finish(self, metadata: dict[str, str]) -> Finished:
+        """Score the state a part at a time: stream queries.parquet, gather the slice means and the folds' sums as
+        it goes (no table of every (setting, query) is held), then choose and build the grid."""
+        names, obj = self.inputs.metrics, self.config.objective
+        golden = golden_table(self.golden)
+        per_slice: list[pl.DataFrame] = []
+        settings: dict[str, Knobs] = {}
+        folds = None if self.config.validation is None else FoldSums(golden, self.golden.slices, names,
+                                                                     self.config.validation)
+
+        def query_chunks() -> Iterator[pl.DataFrame]:
+            for rows in self.state.chunks():
+                scored = self.scored(rows)
+                per_slice.append(metrics.slice_metrics(scored, names))
+                settings.update(settings_of(rows))
+                if folds is not None:
+                    folds.add(scored)
+                yield query_table(scored, golden, names, self.run_id)
+
+        queries_path = self.run_dir / "queries.parquet"
+        write_parquet_groups(queries_path, query_chunks(), metadata)
+        slice_rows = pl.concat(per_slice)
+        means = SliceMeans.from_frame(slice_rows, list(settings), self.golden.slices, names)
+        verdicts = choose_best(means, self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
+                               self.golden.slices)
         stamp = {"run_id": self.run_id, "config_sha256": self.config.sha256, "golden_sha256": self.golden.sha256}
-        grid_frame = grid_table(per_slice, settings, verdicts, best, self.baseline_id, names, stamp)
-        queries = query_table(scored, self.golden, names, self.run_id)
-        rejected = Counter(key for found in verdicts.values() for key, _ in found)
-        cv = None if self.config.validation is None else cross_validate(
-            scored, list(settings), self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
-            self.golden.slices, names, self.config.validation)
-        return Finished(grid_frame, queries, settings, best, dict(rejected), cv)
+        grid_frame = grid_table(slice_rows, settings, verdicts, self.baseline_id, names, stamp)
+        cv = None if folds is None else cross_validate(
+            folds, lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect(),
+            self.baseline_id, (obj.metric, obj.slice), self.config.constraints)
+        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv)
 
 
 def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
@@ -353,25 +357,26 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     info["server_profile"] = backend.profile
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
+    metadata = _metadata(inputs, backend.profile)
     try:
         sweep.run()
         evaluated = time.monotonic()
-        done = sweep.finish()
+        done = sweep.finish(metadata)
         chosen = done.best or sweep.baseline_id
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         ranked = {sid: backend.ranked(done.settings[sid]) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
     finally:
         backend.close()
-    metadata = _metadata(inputs, backend.profile)
     write_parquet(run_dir / "hits.parquet", hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id),
                   metadata)
-    write_parquet(run_dir / "queries.parquet", done.queries, metadata)
-    write_parquet(run_dir / "grid.parquet", done.grid, metadata)
+    write_parquet(run_dir / "grid.parquet", done.grid, metadata if done.validation is None else {
+        **metadata, "rqsweep.validation": json.dumps(done.validation.as_json())})
     held_out = [] if done.validation is None else summary_lines(done.validation,
                                                                  metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, done.settings, held_out)
     write_report(run_dir, finished=False)
+    sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
     info.update({
         "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),

@@ -14,12 +14,15 @@ import re
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Collection, Iterator, Mapping, Protocol, Sequence
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from rqsweep.backends.base import RankedHit
 from rqsweep.config import SECRET_KEY
+from rqsweep.constraints import Verdicts
 from rqsweep.errors import InputError
 from rqsweep.files import write_parquet
 from rqsweep.golden import GoldenSet
@@ -78,73 +81,130 @@ class RunState(Protocol):
     """Where a run keeps what it has evaluated, so that a killed run resumes where it stopped.
 
     The local implementation below keeps Parquet parts in the run folder; a shared one (an Optuna
-    RDB storage on PostgreSQL) can stand behind the same three calls.
+    RDB storage on PostgreSQL) can stand behind the same calls.
     """
 
     def finished(self) -> set[str]: ...  # settings evaluated without a failed search
 
     def record(self, rows: pl.DataFrame) -> None: ...
 
-    def rows(self) -> pl.DataFrame: ...
+    def rows_of(self, setting_ids: Collection[str]) -> pl.DataFrame: ...
+
+    def chunks(self) -> Iterator[pl.DataFrame]: ...
 
 
 class LocalRunState:
-    """Per-query rows in numbered Parquet parts under `<run>/state/`; each part is written atomically.
+    """Per-query rows in numbered Parquet parts under `<run>/state/`; each part is written atomically and holds
+    whole settings (every query of each).
 
     `schema` is the backend contract's row schema: the state keeps what backends return, untouched.
-    A part's number orders it: where two parts hold the same (setting, query), the higher-numbered one
-    supersedes the other, and a setting keeps the place of its first evaluation. A new part takes the
-    number after the highest, so a gap left by a deleted part never makes it overwrite another.
+    A part's number orders it: where two parts hold the same setting, the higher-numbered one supersedes
+    the other, and the setting keeps the place of its first evaluation. A new part takes the number after
+    the highest, so a gap left by a deleted part never makes it overwrite another.
+
+    `consolidated` is the run's per-query table (queries.parquet), which a finished run writes in row groups
+    of whole settings and which holds every column of `schema`: once it is written the parts are deleted
+    and it stands first in their place, so a finished study can grow (`--resume`) without a second copy.
+
+    Nothing is held in memory but which setting is where: rows are read back part by part.
 
     A setting is finished when none of its searches failed: a failed search (a server that died, a
     timeout) is work left for `--resume`, whose new rows replace the failed ones.
     """
 
-    def __init__(self, folder: Path, schema: Mapping[str, pl.DataType]):
+    def __init__(self, folder: Path, schema: Mapping[str, pl.DataType], consolidated: Path | None = None):
         self.folder, self.schema = folder, dict(schema)
         folder.mkdir(parents=True, exist_ok=True)
         parts = sorted((_part_number(p), p) for p in folder.glob("part-*.parquet"))
         self._next = parts[-1][0] + 1 if parts else 0
-        # Kept in memory too: optimisers ask for rows of finished settings after every batch.
-        self._parts = [_read_part(p, self.schema) for _, p in parts]
-        self._current: pl.DataFrame | None = None
-        self._finished = set(_complete_settings(self.rows()))
+        # (file, row group): a part is read whole, the consolidated table a row group at a time.
+        self._units: list[tuple[Path, int | None]] = []
+        if consolidated is not None and consolidated.exists():
+            self._units += [(consolidated, g) for g in range(_row_groups(consolidated))]
+        self._units += [(p, None) for _, p in parts]
+        self._first: dict[str, int] = {}  # setting -> unit of its first evaluation, in evaluation order
+        self._latest: dict[str, int] = {}  # setting -> unit holding its rows
+        self._finished: set[str] = set()
+        for unit in range(len(self._units)):
+            self._index(unit, self._read(unit, ["setting_id", "error"]))
+
+    def _index(self, unit: int, rows: pl.DataFrame) -> None:
+        ok = rows.group_by("setting_id", maintain_order=True).agg(pl.col("error").is_null().all())
+        for sid, complete in ok.iter_rows():
+            self._first.setdefault(sid, unit)
+            self._latest[sid] = unit
+            (self._finished.add if complete else self._finished.discard)(sid)
+
+    def _read(self, unit: int, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        path, group = self._units[unit]
+        columns = list(columns or self.schema)
+        try:
+            if group is None:
+                rows = pl.read_parquet(path, columns=columns)
+            else:
+                rows = pl.from_arrow(pq.ParquetFile(path).read_row_group(group, columns=columns))
+            return rows.cast({c: self.schema[c] for c in columns})
+        except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as exc:
+            problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            remedy = ("delete it to have its settings re-evaluated by --resume" if group is None else
+                      "delete it and its run's state is lost: the run must start again")
+            raise InputError(path, "", f"unreadable state ({problem}): {remedy}") from None
 
     def finished(self) -> set[str]:
         return set(self._finished)
+
+    def settings(self) -> list[str]:
+        """Every setting recorded, in the order of its first evaluation."""
+        return list(self._first)
 
     def record(self, rows: pl.DataFrame) -> None:
         """Keep the rows of some settings, every query of each, in a new part."""
         if rows.is_empty():
             return
         rows = rows.select(list(self.schema)).cast(self.schema)
-        write_parquet(self.folder / f"part-{self._next:06d}.parquet", rows)
+        path = self.folder / f"part-{self._next:06d}.parquet"
+        write_parquet(path, rows)
         self._next += 1
-        self._parts.append(rows)
-        self._current = None
-        complete = _complete_settings(rows)
-        self._finished.update(complete)
-        self._finished.difference_update(set(rows["setting_id"].unique().to_list()) - complete)
+        self._units.append((path, None))
+        self._index(len(self._units) - 1, rows)
 
-    def rows(self) -> pl.DataFrame:
-        """One row per (setting, query): the latest part's, settings in the order they were first evaluated."""
-        if self._current is None:
-            if not self._parts:
-                return pl.DataFrame(schema=self.schema)
-            rows = pl.concat(self._parts).with_row_index("at")
-            self._current = (
-                rows.with_columns(pl.col("at").min().over("setting_id").alias("first"))
-                .filter(pl.col("at") == pl.col("at").max().over("setting_id", "query_id"))
-                .sort("first", "at")
-                .drop("at", "first")
-            )
-        return self._current
+    def rows_of(self, setting_ids: Collection[str]) -> pl.DataFrame:
+        """The rows of some recorded settings, read from the parts that hold them."""
+        wanted: dict[int, list[str]] = {}
+        for sid in setting_ids:
+            wanted.setdefault(self._latest[sid], []).append(sid)
+        frames = [self._read(unit).filter(pl.col("setting_id").is_in(ids)) for unit, ids in sorted(wanted.items())]
+        return pl.concat(frames) if frames else pl.DataFrame(schema=self.schema)
+
+    def chunks(self) -> Iterator[pl.DataFrame]:
+        """Every setting's rows, settings in the order of their first evaluation, a part's worth at a time."""
+        by_first: dict[int, list[str]] = {}
+        for sid, unit in self._first.items():
+            by_first.setdefault(unit, []).append(sid)
+        for unit, own in by_first.items():
+            moved = [sid for sid in own if self._latest[sid] != unit]
+            rows = self._read(unit)
+            if moved or len(own) != rows["setting_id"].n_unique():
+                kept = rows.filter(pl.col("setting_id").is_in(set(own) - set(moved)))
+                rank = {sid: n for n, sid in enumerate(own)}
+                rows = (pl.concat([kept, self.rows_of(moved)])
+                        .with_columns(pl.col("setting_id").replace_strict(rank, return_dtype=pl.Int64).alias("_at"))
+                        .sort("_at", maintain_order=True).drop("_at"))
+            yield rows
+
+    def discard_parts(self) -> None:
+        """Delete the parts, once the consolidated table (a finished run's queries.parquet) holds every row."""
+        for path, group in self._units:
+            if group is None:
+                path.unlink(missing_ok=True)
 
 
-def _complete_settings(rows: pl.DataFrame) -> set[str]:
-    """The settings among `rows` without a failed search."""
-    ok = rows.group_by("setting_id").agg(pl.col("error").is_null().all().alias("ok")).filter("ok")
-    return set(ok["setting_id"].to_list())
+def _row_groups(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).num_row_groups
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(path, "", f"unreadable per-query table ({exc}): the run's state is lost; start the "
+                                   "run again") from None
 
 
 def _part_number(path: Path) -> int:
@@ -152,15 +212,6 @@ def _part_number(path: Path) -> int:
     if match is None:
         raise InputError(path, "", "not a state part's name (part-<number>.parquet): move it out of the state folder")
     return int(match[1])
-
-
-def _read_part(path: Path, schema: Mapping[str, pl.DataType]) -> pl.DataFrame:
-    try:
-        return pl.read_parquet(path).select(list(schema)).cast(schema)
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(path, "", f"unreadable state part ({problem}): delete it to have its settings "
-                                   "re-evaluated by --resume") from None
 
 
 def load_run_json(run_dir: Path) -> dict:
@@ -179,23 +230,27 @@ def settings_of(rows: pl.DataFrame) -> dict[str, Knobs]:
     return {r[0]: Knobs(*r[1:]) for r in first.iter_rows()}
 
 
-def grid_table(slice_metrics: pl.DataFrame, knobs: Mapping[str, Knobs], verdicts: Mapping[str, list[tuple[str, str]]],
-               best: str | None, baseline_id: str, metric_names: Sequence[str], stamp: Mapping[str, str]) -> pl.DataFrame:
-    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `knobs`).
+def grid_table(slice_metrics: pl.DataFrame, knobs: Mapping[str, Knobs], verdicts: Verdicts, baseline_id: str,
+               metric_names: Sequence[str], stamp: Mapping[str, str]) -> pl.DataFrame:
+    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `knobs`, which
+    is the order of `verdicts`' rows). `violations` lists the constraint keys a setting breaks, on each of
+    its rows (`recall_at_10[billing]:min`, `mrr[factual]:max_drop`, `incomplete`).
 
     `stamp` holds the run-wide columns (run_id, config_sha256, golden_sha256).
     """
     order = list(knobs)
-    per_setting = pl.DataFrame({"setting_id": order, **{
-        name: pl.Series([k.columns()[name] for k in knobs.values()], dtype=dtype)
-        for name, dtype in (("rrf_k", pl.Int64), ("min_similarity", pl.Float64),
-                            ("recency_half_life_days", pl.Float64))}}).with_columns(
-        pl.Series("evaluation_order", range(len(order)), pl.Int64),
-        pl.Series("feasible", [not verdicts[s] for s in order], pl.Boolean),
-        pl.Series("violations", ["; ".join(t for _, t in verdicts[s]) for s in order], pl.String),
-        pl.Series("is_baseline", [s == baseline_id for s in order], pl.Boolean),
-        pl.Series("is_best", [s == best for s in order], pl.Boolean),
-    )
+    columns = [k.columns() for k in knobs.values()]
+    per_setting = pl.DataFrame({
+        "setting_id": order,
+        **{name: pl.Series([c[name] for c in columns], dtype=dtype)
+           for name, dtype in (("rrf_k", pl.Int64), ("min_similarity", pl.Float64),
+                               ("recency_half_life_days", pl.Float64))},
+        "evaluation_order": pl.Series(range(len(order)), dtype=pl.Int64),
+        "feasible": pl.Series(verdicts.feasible(), dtype=pl.Boolean),
+        "violations": pl.Series(verdicts.violations(), dtype=pl.List(pl.String)),
+        "is_baseline": pl.Series([s == baseline_id for s in order], dtype=pl.Boolean),
+        "is_best": pl.Series([s == verdicts.best for s in order], dtype=pl.Boolean),
+    })
     grid = slice_metrics.join(per_setting, on="setting_id").with_columns(
         pl.lit(stamp["run_id"]).alias("run_id"), pl.lit(stamp["config_sha256"]).alias("config_sha256"),
         pl.lit(stamp["golden_sha256"]).alias("golden_sha256"))
@@ -216,10 +271,10 @@ def golden_table(golden: GoldenSet) -> pl.DataFrame:
     })
 
 
-def query_table(scored: pl.DataFrame, golden: GoldenSet, metric_names: Sequence[str], run_id: str) -> pl.DataFrame:
+def query_table(scored: pl.DataFrame, golden: pl.DataFrame, metric_names: Sequence[str], run_id: str) -> pl.DataFrame:
     """queries.parquet: one row per (setting, query), with the query's text, expected keys, each expected key's
-    position, the first relevant rank and every metric's per-query value."""
-    return (scored.join(golden_table(golden), on="query_id", how="left", maintain_order="left")
+    position, the first relevant rank and every metric's per-query value. `golden` is `golden_table`'s."""
+    return (scored.join(golden, on="query_id", how="left", maintain_order="left")
             .with_columns(pl.lit(run_id).alias("run_id"))
             .select("run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "query_id", "slice",
                     "query", "expected", "positions", "rank", *metric_names, "error", "tie_sensitive"))

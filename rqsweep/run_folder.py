@@ -34,6 +34,7 @@ class RunFolder:
     strategy: str  # `grid` or `optimize`
     definitions: dict[str, str]  # what each column means, metrics included (`rqsweep.metrics` metadata)
     server_profile: dict | None = None  # what produced the rankings (`backends.base`); None before it was kept
+    validation: dict | None = None  # the run's cross-validation (`CrossValidation.as_json`); None when off
 
     @property
     def run_id(self) -> str:
@@ -146,5 +147,6 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
         sweep.get("strategy", "grid") if isinstance(sweep, dict) else "grid")
     definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
     profile = metadata.get(b"rqsweep.server_profile")
+    validation = metadata.get(b"rqsweep.validation")
     return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions,
-                     json.loads(profile) if profile else None)
+                     json.loads(profile) if profile else None, json.loads(validation) if validation else None)

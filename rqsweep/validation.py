@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
 from rqsweep.config import Constraint, Validation
-from rqsweep.constraints import choose_best
+from rqsweep.constraints import SliceMeans, choose_best
 from rqsweep.golden import OVERALL
 
 
@@ -72,7 +72,7 @@ class CrossValidation:
         return {
             "folds": self.folds, "seed": self.seed, "stratified_by": "slice",
             "objective": {"metric": self.objective[0], "slice": self.objective[1]},
-            "in_sample_best": self.in_sample_best, "fold_choices": list(self.choices),
+            "baseline": self.baseline, "in_sample_best": self.in_sample_best, "fold_choices": list(self.choices),
             "held_out_queries": list(self.held_out_queries),
             "agreement": {"setting_id": setting, "folds": agreeing},
             "gains": {s: {m: {"queries": g.queries, "baseline": g.baseline, "held_out": g.held_out,
@@ -80,6 +80,15 @@ class CrossValidation:
                               "in_sample_gain": g.in_sample_gain}
                           for m, g in metrics.items()} for s, metrics in self.gains.items()},
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CrossValidation:
+        """Read back what `as_json` wrote (the report reads it from grid.parquet's metadata)."""
+        return cls(data["folds"], data["seed"], (data["objective"]["metric"], data["objective"]["slice"]),
+                   data["baseline"], data["in_sample_best"], tuple(data["fold_choices"]),
+                   tuple(data["held_out_queries"]),
+                   {s: {m: Gain(g["queries"], g["baseline"], g["held_out"], g["in_sample"]) for m, g in by.items()}
+                    for s, by in data["gains"].items()})
 
 
 def assign_folds(queries: pl.DataFrame, folds: int, seed: int) -> dict[str, int]:
@@ -117,15 +126,55 @@ def _means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def _tables(means: np.ndarray, overall: np.ndarray, rows: Sequence[int], order: Sequence[str],
-            slices: Sequence[str], metrics: Sequence[str]) -> dict[str, dict[str, dict[str, float | None]]]:
-    """setting -> slice -> metric -> value, as `choose_best` reads it, for the settings at `rows`, from
-    (metrics, settings, slices) and (metrics, settings) means."""
-    per_slice = np.where(np.isnan(means[:, rows]), None, means[:, rows]).transpose(1, 2, 0).tolist()
-    whole = np.where(np.isnan(overall[:, rows]), None, overall[:, rows]).T.tolist()  # settings, metrics
-    return {order[i]: {**{s: dict(zip(metrics, per_slice[n][l])) for l, s in enumerate(slices)},
-                       OVERALL: dict(zip(metrics, whole[n]))}
-            for n, i in enumerate(rows)}
+class FoldSums:
+    """Per (setting, fold, slice): each metric's sum over successful searches, the successes and the failures.
+
+    Fed scored per-query rows a chunk of whole settings at a time (`add`), so that cross-validation of a large
+    grid never holds a (settings x queries) matrix: a chunk's matrix is summed and dropped.
+    `queries`: one row per golden query (query_id, slice).
+    """
+
+    def __init__(self, queries: pl.DataFrame, slices: Sequence[str], metrics: Sequence[str], settings: Validation):
+        queries = queries.select("query_id", "slice").sort("slice", "query_id")
+        self.folds = min(settings.folds, queries.height)
+        self.seed, self.slices, self.metrics = settings.seed, list(slices), list(metrics)
+        self.query_ids = queries["query_id"].to_list()
+        fold_of = assign_folds(queries, max(self.folds, 1), settings.seed)
+        self.fold = np.array([fold_of[q] for q in self.query_ids], dtype=np.int64)
+        self.slice_of = np.array([self.slices.index(s) for s in queries["slice"].to_list()], dtype=np.int64)
+        # The queries of each (fold, slice) cell.
+        self._cells = [[np.flatnonzero((self.fold == f) & (self.slice_of == s)) for s in range(len(self.slices))]
+                       for f in range(self.folds)]
+        self.members = np.array([[c.size for c in row] for row in self._cells], dtype=np.int64).reshape(
+            self.folds, len(self.slices))
+        self.settings: list[str] = []
+        self._sums: list[np.ndarray] = []  # per chunk: (metrics, settings, folds, slices)
+        self._successes: list[np.ndarray] = []  # (settings, folds, slices)
+        self._failures: list[np.ndarray] = []
+
+    def add(self, rows: pl.DataFrame) -> None:
+        """Sum a chunk of scored rows (setting_id, query_id, error and a column per metric)."""
+        order = rows["setting_id"].unique(maintain_order=True).to_list()
+        values, ok = _matrices(rows, order, self.query_ids, self.metrics)
+        shape = (len(order), self.folds, len(self.slices))
+        sums, successes, failures = np.zeros((len(self.metrics), *shape)), np.zeros(shape), np.zeros(shape, np.int64)
+        for f, row in enumerate(self._cells):
+            for s, columns in enumerate(row):
+                sums[:, :, f, s] = values[:, :, columns].sum(axis=2)
+                successes[:, f, s] = ok[:, columns].sum(axis=1)
+                failures[:, f, s] = (~ok[:, columns]).sum(axis=1)
+        self.settings += order
+        self._sums.append(sums)
+        self._successes.append(successes)
+        self._failures.append(failures)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(metrics, settings, folds, slices) sums, (settings, folds, slices) successes and failures."""
+        if not self._sums:
+            shape = (0, self.folds, len(self.slices))
+            return np.zeros((len(self.metrics), *shape)), np.zeros(shape), np.zeros(shape, np.int64)
+        return (np.concatenate(self._sums, axis=1), np.concatenate(self._successes),
+                np.concatenate(self._failures))
 
 
 @dataclass(frozen=True)
@@ -143,77 +192,45 @@ class _Rule:
              present: np.ndarray) -> str | None:
         """The best feasible setting given (metrics, settings, slices) sums over successful searches,
         (settings, slices) successes and failures, and which slices have queries in this part."""
-        metric, objective_slice = self.objective
-        means = _means(sums, successes)
+        per_slice = _means(sums, successes)
         overall = _means(sums.sum(axis=2), successes.sum(axis=1))
-        objective = (overall if objective_slice == OVERALL
-                     else means[:, :, self.slices.index(objective_slice)])[list(self.metrics).index(metric)]
+        values = np.concatenate([per_slice, overall[:, :, None]], axis=2).transpose(1, 2, 0)
+        means = SliceMeans(list(self.order), [*self.slices, OVERALL], list(self.metrics), values,
+                           failures.sum(axis=1))
         # A slice with no query in this part cannot be checked: "*" constraints skip it.
         checked = [s for s, here in zip(self.slices, present) if here]
-        # choose_best over every setting costs ~0.1 s a fold on a 2,000-setting grid (it words every
-        # violation); the same answer comes from the settings at or above a threshold, lowered until one of
-        # them is feasible: no setting below the threshold can beat or tie the one found.
-        ranked = np.sort(objective[~np.isnan(objective)])[::-1]
-        top = 16
-        while True:
-            threshold = ranked[min(top, ranked.size) - 1] if ranked.size else np.inf
-            at = np.flatnonzero(objective >= threshold)
-            candidates = [self.order[i] for i in at]
-            tables = _tables(means, overall, [*at, self.order.index(self.baseline)], self.order, self.slices,
-                             self.metrics)
-            best, _ = choose_best(candidates, tables, self.baseline, metric, objective_slice, self.constraints,
-                                  checked, dict(zip(candidates, failures[at].sum(axis=1).tolist())))
-            if best is not None or top >= ranked.size:
-                return best
-            top *= 4
+        return choose_best(means, self.baseline, self.objective, self.constraints, checked).best
 
 
-def cross_validate(rows: pl.DataFrame, order: Sequence[str], baseline: str, objective: tuple[str, str],
-                   constraints: Sequence[Constraint], slices: Sequence[str], metrics: Sequence[str],
-                   settings: Validation) -> CrossValidation | None:
+def cross_validate(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline: str,
+                   objective: tuple[str, str], constraints: Sequence[Constraint]) -> CrossValidation | None:
     """k-fold cross-validation of the choice of setting, over queries, stratified by slice.
 
-    `rows`: one row per (setting, query) with setting_id, query_id, slice, error (null on success) and a
-    Float64 column per name in `metrics` holding that query's value (MRR: the reciprocal rank, 0 when
-    absent); a missing row counts as a failed search. `order`: the settings in evaluation order (the
-    tie rule of `choose_best`); `slices`: the golden set's slices. `metrics` must hold the objective's
-    and the constraints' metrics. A fold whose training part has no feasible setting keeps the baseline.
+    `sums`: every setting's fold sums, settings in evaluation order (the tie rule of `choose_best`); its
+    metrics must hold the objective's and the constraints'. `rows_of` gives the scored per-query rows of a
+    few settings (the folds' choices), each query's value counting for the fold that held it out; a missing
+    row counts as a failed search. A fold whose training part has no feasible setting keeps the baseline.
 
     None when there are fewer than two queries to split. With fewer queries than `settings.folds`, each
     query is its own fold.
     """
-    queries = rows.select("query_id", "slice").unique("query_id").sort("slice", "query_id")
-    folds = min(settings.folds, queries.height)
+    folds, slices, metrics, query_ids = sums.folds, sums.slices, sums.metrics, sums.query_ids
     if folds < 2:
         return None
-    order, slices = list(order), list(slices)
-    fold_of = assign_folds(queries, folds, settings.seed)
-    query_ids = queries["query_id"].to_list()
-    slice_of = np.array([slices.index(s) for s in queries["slice"].to_list()])
-    fold = np.array([fold_of[q] for q in query_ids])
-    values, ok = _matrices(rows, order, query_ids, metrics)
-
-    # Sums over each (fold, slice) cell; the training part of fold f is every cell minus fold f's.
-    sums = np.zeros((len(metrics), len(order), folds, len(slices)))
-    successes = np.zeros((len(order), folds, len(slices)))
-    failures = np.zeros((len(order), folds, len(slices)), dtype=np.int64)
-    members = np.zeros((folds, len(slices)), dtype=np.int64)
-    for f in range(folds):
-        for l in range(len(slices)):
-            columns = np.flatnonzero((fold == f) & (slice_of == l))
-            sums[:, :, f, l] = values[:, :, columns].sum(axis=2)
-            successes[:, f, l] = ok[:, columns].sum(axis=1)
-            failures[:, f, l] = (~ok[:, columns]).sum(axis=1)
-            members[f, l] = columns.size
+    order = sums.settings
+    total, successes, failures = sums.arrays()
+    members = sums.members
     rule = _Rule(order, baseline, objective, constraints, slices, metrics)
-    all_sums, all_successes, all_failures, all_members = (sums.sum(axis=2), successes.sum(axis=1),
+    all_sums, all_successes, all_failures, all_members = (total.sum(axis=2), successes.sum(axis=1),
                                                           failures.sum(axis=1), members.sum(axis=0))
     in_sample_best = rule.best(all_sums, all_successes, all_failures, all_members > 0)
-    choices = tuple(rule.best(all_sums - sums[:, :, f], all_successes - successes[:, f],
+    choices = tuple(rule.best(all_sums - total[:, :, f], all_successes - successes[:, f],
                               all_failures - failures[:, f], all_members - members[f] > 0) for f in range(folds))
 
-    position = {sid: i for i, sid in enumerate(order)}
-    scored_by = np.array([position[c or baseline] for c in choices])[fold]  # per query, its fold's setting
+    applied = list(dict.fromkeys([baseline, in_sample_best or baseline, *(c or baseline for c in choices)]))
+    values, ok = _matrices(rows_of(applied), applied, query_ids, metrics)
+    position = {sid: i for i, sid in enumerate(applied)}
+    scored_by = np.array([position[c or baseline] for c in choices])[sums.fold]  # per query, its fold's setting
     columns = np.arange(len(query_ids))
     # Each: (metrics, queries) values and (queries,) success flags.
     held_out = values[:, scored_by, columns], ok[scored_by, columns]
@@ -221,11 +238,11 @@ def cross_validate(rows: pl.DataFrame, order: Sequence[str], baseline: str, obje
     best = values[:, position[in_sample_best or baseline]], ok[position[in_sample_best or baseline]]
     gains: dict[str, dict[str, Gain]] = {}
     for s in [*slices, OVERALL]:
-        member = np.ones(len(query_ids), dtype=bool) if s == OVERALL else slice_of == slices.index(s)
+        member = np.ones(len(query_ids), dtype=bool) if s == OVERALL else sums.slice_of == slices.index(s)
         means = [np.where(np.isnan(mean), None, mean).tolist() for mean in
                  (_means((v * member).sum(axis=1), (o & member).sum()) for v, o in (baseline_row, held_out, best))]
         gains[s] = {m: Gain(int(member.sum()), means[0][k], means[1][k], means[2][k]) for k, m in enumerate(metrics)}
-    return CrossValidation(folds, settings.seed, objective, baseline, in_sample_best, choices,
+    return CrossValidation(folds, sums.seed, objective, baseline, in_sample_best, choices,
                            tuple(int(n) for n in members.sum(axis=1)), gains)
 
 

@@ -24,7 +24,7 @@ CONFIG = {
 
 
 def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baseline: str, best: str | None,
-              infeasible: dict[str, str] | None = None, queries: pl.DataFrame | None = None,
+              infeasible: dict[str, list[str]] | None = None, queries: pl.DataFrame | None = None,
               sizes: dict[str, int] | None = None, config: dict | None = None, run_id: str = "20260101T000000Z-aaaa",
               golden_sha256: str = "g" * 64) -> Path:
     """A run folder: grid.parquet from `settings` (setting id -> slice -> metrics, in evaluation order),
@@ -40,21 +40,51 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
                 "recency_half_life_days": knobs.recency_half_life_days, "slice": s,
                 "queries": sizes.get(s, 10), "recall_at_5": r5, "recall_at_10": r10, "mrr": mrr,
                 "errors": 0, "tie_sensitive": 0, "feasible": sid not in infeasible,
-                "violations": infeasible.get(sid, ""), "is_baseline": sid == baseline, "is_best": sid == best,
+                "violations": infeasible.get(sid, []), "is_baseline": sid == baseline, "is_best": sid == best,
                 "evaluation_order": order, "config_sha256": "c" * 64, "golden_sha256": golden_sha256,
             })
     grid = pl.DataFrame(rows, schema_overrides={"min_similarity": pl.Float64, "recall_at_5": pl.Float64,
-                                                "recall_at_10": pl.Float64, "mrr": pl.Float64})
+                                                "recall_at_10": pl.Float64, "mrr": pl.Float64,
+                                                "violations": pl.List(pl.String)})
     metadata = {"rqsweep.version": "test", "rqsweep.config": json.dumps(config or CONFIG),
                 "rqsweep.golden": "golden.yaml", "rqsweep.metrics": json.dumps(definitions(DEFAULT_METRICS))}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_parquet(run_dir / "grid.parquet", grid, metadata)
     if queries is None:
         queries = query_rows("", "", [])
+    cv = _cross_validation(queries, list(settings), baseline, config or CONFIG)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_parquet(run_dir / "grid.parquet", grid,
+                  metadata if cv is None else {**metadata, "rqsweep.validation": json.dumps(cv.as_json())})
     queries = queries.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
     write_parquet(run_dir / "queries.parquet", queries, metadata)
     (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "status": "complete"}))
     return run_dir
+
+
+def _cross_validation(queries: pl.DataFrame, order: list[str], baseline: str, config: dict):
+    """What the run's end computes from its per-query rows (`validation:` as in `config`); a setting without rows
+    counts as failed searches, as a run whose searches all failed."""
+    from rqsweep.config import Constraint, read_validation
+    from rqsweep.validation import FoldSums, cross_validate
+
+    settings = read_validation(config.get("validation"), Path("job.yaml"))
+    if settings is None or queries.is_empty():
+        return None
+    golden = queries.select("query_id", "slice").unique("query_id", maintain_order=True)
+    sums = FoldSums(golden, sorted(set(golden["slice"].to_list())), DEFAULT_METRICS, settings)
+    def rows_of(ids: list[str]) -> pl.DataFrame:
+        present = queries.filter(pl.col("setting_id").is_in(ids))
+        missing = [sid for sid in ids if sid not in set(present["setting_id"].to_list())]
+        failed = pl.concat([golden.with_columns(pl.lit(sid).alias("setting_id"), pl.lit("no row").alias("error"))
+                            for sid in missing]) if missing else None
+        return present if failed is None else pl.concat([present, failed], how="diagonal_relaxed")
+
+    for sid in order:
+        sums.add(rows_of([sid]))
+    objective = config.get("objective") or {}
+    constraints = [Constraint(c["metric"], c.get("slice", "*"), c.get("min"), c.get("max_drop"))
+                   for c in config.get("constraints") or []]
+    return cross_validate(sums, rows_of, baseline, (objective.get("metric", "mrr"), objective.get("slice", "overall")),
+                          constraints)
 
 
 def query_rows(setting_id: str, slice_: str, ranks: list[int | None], prefix: str | None = None) -> pl.DataFrame:
@@ -86,3 +116,8 @@ def outcome_rows(setting_id: str, errors: list[str | None], position: int = 1) -
         "recency_half_life_days": [0.0] * n, "query_id": [f"q{i}" for i in range(n)],
         "positions": [None if e else [position] for e in errors], "error": errors, "tie_sensitive": [None] * n,
     }, schema=OUTCOME_SCHEMA)
+
+
+def state_rows(state) -> pl.DataFrame:
+    """Every row a run state holds, as a run's end reads them (one part at a time), in one frame."""
+    return pl.concat(list(state.chunks()))

@@ -22,7 +22,7 @@ def _run(path, best_slices, *, run_id="20260102T000000Z-bbbb", best=BEST):
     else:
         settings[BASE] = best_slices
     return write_run(path, settings, baseline=BASE, best=best, run_id=run_id,
-                     infeasible={} if best else {BASE: "violated"})
+                     infeasible={} if best else {BASE: ["incomplete"]})
 
 
 def _with(**changes):

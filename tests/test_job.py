@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +28,8 @@ from tests.minijob import run_study, write_job
 GRID_TYPES = {
     "run_id": "string", "setting_id": "string", "rrf_k": "int64", "min_similarity": "double",
     "recency_half_life_days": "double", "slice": "string", "queries": "int64", "recall_at_5": "double",
-    "recall_at_10": "double", "mrr": "double", "errors": "int64", "feasible": "bool", "violations": "string",
+    "recall_at_10": "double", "mrr": "double", "errors": "int64", "feasible": "bool",
+    "violations": "list<element: string>",
     "is_baseline": "bool", "is_best": "bool", "config_sha256": "string", "golden_sha256": "string",
 }
 
@@ -101,7 +103,10 @@ def test_best_is_feasible_and_maximises_the_objective(finished_run):
     assert best.height == 1 and best["feasible"][0]
     assert best["mrr"][0] == overall.filter(pl.col("feasible"))["mrr"].max()
     infeasible = overall.filter(~pl.col("feasible"))
-    assert (infeasible["violations"].str.len_chars() > 0).all()
+    assert (infeasible["violations"].list.len() > 0).all()
+    assert overall.filter(pl.col("feasible"))["violations"].list.len().max() == 0
+    keys = set(infeasible["violations"].explode().to_list())
+    assert keys and all(re.fullmatch(r"recall_at_10\[\w+\]:max_drop", k) for k in keys)  # minijob's one constraint
     run_json = json.loads((outcome.run_dir / "run.json").read_text())
     assert run_json["status"] == "complete"
     assert run_json["best"]["setting_id"] == best["setting_id"][0]

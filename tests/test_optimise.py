@@ -160,8 +160,8 @@ def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     first = job.run(config, quiet=True, output_dir=tmp_path / "out", storage=url)
     assert json.loads((first.run_dir / "run.json").read_text())["storage"] == url
-    for part in (first.run_dir / "state").glob("part-*.parquet"):  # as if evaluated elsewhere
-        part.unlink()
+    assert not list((first.run_dir / "state").glob("part-*.parquet"))  # queries.parquet holds the rows
+    (first.run_dir / "queries.parquet").unlink()  # as if evaluated elsewhere
     before = len(searched)
     collected = job.collect(first.run_dir, quiet=True)
     assert len(searched) == before + 1  # the baseline only: nothing else is searched again

@@ -107,5 +107,5 @@ def test_three_workers_one_killed_mid_trial_every_trial_once_and_the_grid_re_eva
     again = Sweep(inputs, backend, tmp_path / "again", "again", Progress(0, "again", quiet=True))
     again.evaluate([baseline, *(Knobs.from_id(s) for s in evaluated)])
     backend.close()
-    want = again.finish().grid.select(METRICS).sort("setting_id", "slice")
+    want = again.finish({}).grid.select(METRICS).sort("setting_id", "slice")
     assert grid.select(METRICS).sort("setting_id", "slice").equals(want)

@@ -32,7 +32,13 @@ SETTINGS = {
     # The highest overall MRR, but freshness MRR falls 0.15: infeasible, so not the best.
     "k5_m0.2_h30.0":  {"entity": (1, 1, .9), "freshness": (.6, .6, .3), "overall": (.92, .92, .78)},
 }
-INFEASIBLE = {sid: "violated" for sid in ("k60_m0.2_h0.0", "k5_m0.2_h0.0", "k60_m0.2_h30.0", "k5_m0.2_h30.0")}
+# The constraint keys each setting breaks, as the run found them (CONFIG's constraints on SETTINGS' values).
+INFEASIBLE = {
+    "k60_m0.2_h0.0": ["recall_at_10[entity]:min", "mrr[entity]:max_drop"],
+    "k5_m0.2_h0.0": ["recall_at_10[entity]:min", "mrr[entity]:max_drop"],
+    "k60_m0.2_h30.0": ["recall_at_10[freshness]:min", "mrr[freshness]:max_drop"],
+    "k5_m0.2_h30.0": ["mrr[freshness]:max_drop"],
+}
 
 # Ranks behind the best and baseline rows above. Entity: every query gains (rank 2 -> 1 on half of them), a
 # clear win. Freshness: two queries gain, two lose; MRR 0.45 -> 0.525 is within luck.
@@ -197,7 +203,7 @@ def test_cross_validation_can_be_turned_off(tmp_path):
 def test_report_of_a_run_without_a_feasible_setting(tmp_path):
     settings = {BASE: SETTINGS[BASE], "k60_m0.2_h0.0": SETTINGS["k60_m0.2_h0.0"]}
     run_dir = write_run(tmp_path / "run", settings, baseline=BASE, best=None,
-                        infeasible={sid: "violated" for sid in settings})
+                        infeasible={sid: ["incomplete"] for sid in settings})
     md = write_report(run_dir)[0].read_text()
     assert "No feasible setting" in md and "How sure we are" not in md
     assert "MRR best" not in md
@@ -208,7 +214,8 @@ def test_report_of_a_run_without_a_feasible_setting(tmp_path):
 def test_the_heatmap_hatches_cells_without_a_feasible_setting(tmp_path):
     # Over min_similarity {off, 0.2}: at (rrf_k 60, half-life 30) both are infeasible; at (5, 0) only the floor
     # 0.2 is feasible, with a lower MRR (0.33) than the infeasible "off" (0.56).
-    infeasible = dict.fromkeys(["k60_moff_h30.0", "k60_m0.2_h30.0", "k5_moff_h0.0", "k5_m0.2_h30.0"], "violated")
+    infeasible = {sid: ["mrr[freshness]:max_drop"]
+                  for sid in ["k60_moff_h30.0", "k60_m0.2_h30.0", "k5_moff_h0.0", "k5_m0.2_h30.0"]}
     run = read_run_folder(write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=infeasible))
     fig = plots.best_feasible_heatmap(run)
     ax = fig.axes[0]

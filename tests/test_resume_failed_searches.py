@@ -11,7 +11,7 @@ from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.backends.http import backend as http_backend_module
 from rqsweep.results import LocalRunState
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
-from tests.runfolders import outcome_rows
+from tests.runfolders import outcome_rows, state_rows
 
 QUERIES = 20  # write_corpus's golden set
 
@@ -23,11 +23,11 @@ def test_a_setting_with_a_failed_search_is_not_finished_until_evaluated_again(tm
     assert state.finished() == {"b"}
     assert LocalRunState(tmp_path, OUTCOME_SCHEMA).finished() == {"b"}
     # The failed searches stay in the rows (the grid shows them) until the setting is evaluated again.
-    assert state.rows()["error"].null_count() == 5
+    assert state_rows(state)["error"].null_count() == 5
     state.record(outcome_rows("a", [None, None, None]))
     for reread in (state, LocalRunState(tmp_path, OUTCOME_SCHEMA)):
         assert reread.finished() == {"a", "b"}
-        assert reread.rows().height == 6 and reread.rows()["error"].null_count() == 6
+        assert state_rows(reread).height == 6 and state_rows(reread)["error"].null_count() == 6
 
 
 def _read(run_dir: Path, name: str) -> pl.DataFrame:
@@ -49,7 +49,7 @@ def test_a_server_dying_just_before_a_checkpoint_resumes_to_the_uninterrupted_ta
         interrupted = tmp_path / "interrupted"
         assert cli.main([str(config), "--output-dir", str(interrupted), "--quiet"]) == 3
         (run_dir,) = (interrupted / "sweep").iterdir()
-        state = LocalRunState(run_dir / "state", OUTCOME_SCHEMA).rows()
+        state = state_rows(LocalRunState(run_dir / "state", OUTCOME_SCHEMA))
         failed = state.height - state["error"].null_count()
         assert state["setting_id"].n_unique() == 5 and 0 < failed < 4  # fewer than 4 in a row: recorded
 

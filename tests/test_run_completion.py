@@ -3,6 +3,7 @@ folders (`rqsweep report`, `rqsweep gate`, `--compare`, the nightly selector) re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -35,8 +36,10 @@ def test_the_folder_is_marked_complete_after_every_other_file(tmp_path, monkeypa
     written: list[tuple[str, str | None]] = []
     atomic = files._atomic
 
-    def logged(path: Path, write) -> None:
-        atomic(path, write)
+    @contextlib.contextmanager
+    def logged(path: Path):
+        with atomic(path) as tmp:
+            yield tmp
         status = json.loads(path.read_text()).get("status") if path.name == "run.json" else None
         written.append((path.name, status))
 

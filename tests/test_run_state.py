@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
 from rqsweep.results import LocalRunState
 from tests.minijob import write_job
-from tests.runfolders import outcome_rows
+from tests.runfolders import outcome_rows, state_rows
 
 
 def _rows(setting: str, position: int = 1) -> pl.DataFrame:
@@ -35,7 +34,7 @@ def test_a_part_written_after_a_gap_overwrites_nothing(tmp_path):
     state.record(_rows("d"))
     reread = _state(tmp_path)
     assert reread.finished() == {"b", "c", "d"}
-    assert reread.rows().height == 9
+    assert state_rows(reread).height == 9
 
 
 def test_overlapping_parts_do_not_double_rows_and_the_later_part_wins(tmp_path):
@@ -44,7 +43,7 @@ def test_overlapping_parts_do_not_double_rows_and_the_later_part_wins(tmp_path):
     state.record(_rows("b"))
     state.record(_rows("a", position=7))
     for reread in (state, _state(tmp_path)):
-        rows = reread.rows()
+        rows = state_rows(reread)
         assert rows.height == 6
         assert rows.filter(pl.col("setting_id") == "a")["positions"].to_list() == [[7]] * 3
         # A setting keeps the place of its first evaluation.
@@ -57,18 +56,28 @@ def test_later_means_the_higher_sequence_number_not_the_name_order(tmp_path):
     (tmp_path / "part-000000.parquet").rename(tmp_path / "part-999999.parquet")
     state = _state(tmp_path)
     state.record(_rows("a", position=4))  # part 1000000 sorts before part 999999 as text
-    assert _state(tmp_path).rows()["positions"].to_list() == [[4]] * 3
+    assert state_rows(_state(tmp_path))["positions"].to_list() == [[4]] * 3
 
 
-def test_a_resume_over_a_duplicated_part_gives_the_uninterrupted_grid(tmp_path):
+def _finished_run(tmp_path):
     config = write_job(tmp_path / "job")
-    clean = job.run(config, quiet=True, output_dir=tmp_path / "out")
-    state = clean.run_dir / "state"
-    *_, grid_part = sorted(state.glob("part-*.parquet"))  # after the baseline's
-    shutil.copy(grid_part, state / "part-000042.parquet")
+    return config, job.run(config, quiet=True, output_dir=tmp_path / "out")
+
+
+def _state_of(run_dir) -> LocalRunState:
+    return LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
+
+
+def test_a_finished_run_keeps_its_rows_once_and_a_resume_over_a_duplicated_part_gives_the_same_grid(tmp_path):
+    config, clean = _finished_run(tmp_path)
+    assert not list((clean.run_dir / "state").glob("part-*.parquet"))  # queries.parquet holds them
+    state = _state_of(clean.run_dir)
+    # A finish that died between writing queries.parquet and deleting the parts leaves both.
+    state.record(state.rows_of(state.settings()[3:9]))
     resumed = job.run(config, quiet=True, resume=clean.run_dir)
     assert resumed.grid.equals(clean.grid)
     assert resumed.grid["queries"].max() == 10
+    assert state_rows(_state_of(clean.run_dir)).height == clean.grid["setting_id"].n_unique() * 10
 
 
 @pytest.mark.parametrize("damage", ["empty", "truncated", "garbage", "wrong columns"])
@@ -88,8 +97,9 @@ def test_a_damaged_part_is_an_input_error_naming_it(tmp_path, damage):
 
 
 def test_the_cli_reports_a_damaged_part_without_a_traceback(tmp_path):
-    config = write_job(tmp_path / "job")
-    clean = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    config, clean = _finished_run(tmp_path)
+    state = _state_of(clean.run_dir)
+    state.record(state.rows_of(state.settings()[:2]))
     part = next((clean.run_dir / "state").glob("part-*.parquet"))
     part.write_bytes(part.read_bytes()[:100])
     proc = subprocess.run([sys.executable, "-m", "rqsweep.cli", str(config), "--quiet", "--resume",

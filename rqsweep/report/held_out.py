@@ -1,23 +1,17 @@
-"""The report's held-out gain: cross-validation (rqsweep.validation) over a finished run's per-query table."""
+"""The report's held-out gain: the cross-validation (rqsweep.validation) the run did, read from grid.parquet."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from rqsweep.config import read_validation
 from rqsweep.report.tables import metric_label
 from rqsweep.run_folder import RunFolder
-from rqsweep.validation import CrossValidation, cross_validate
+from rqsweep.validation import CrossValidation
 
 
 def run_cross_validation(run: RunFolder) -> CrossValidation | None:
-    """Cross-validation as the run's config asks (`validation:`); None when it is off or too few queries."""
-    settings = read_validation(run.config.get("validation"), run.path / "grid.parquet")
-    if settings is None:
-        return None
-    order = run.overall()["setting_id"].to_list()
-    return cross_validate(run.queries(order), order, run.baseline, run.objective, run.constraints,
-                          run.slices[:-1], run.metrics, settings)
+    """The run's cross-validation (its `rqsweep.validation` metadata); None when it was off or had too few queries."""
+    return None if run.validation is None else CrossValidation.from_json(run.validation)
 
 
 def gain_table(cv: CrossValidation) -> pl.DataFrame:

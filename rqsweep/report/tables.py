@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import replace
 
 import polars as pl
 
 from rqsweep import metrics
-from rqsweep.constraints import constraint_slices, constraint_values
+from rqsweep.constraints import INCOMPLETE, constraint_key, constraint_slices
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report.render import format_cell
@@ -73,30 +72,25 @@ def chosen_row(table: pl.DataFrame, run: RunFolder, knob: str) -> int:
 def infeasible_groups(run: RunFolder) -> pl.DataFrame:
     """Infeasible settings grouped by the slice and the constraint they violate, largest group first.
 
-    The violations are recomputed from the grid and the config's constraints with the same code the
-    run used, so each is a (slice, constraint) pair rather than words to parse. A setting violating
-    several constraints counts in each group. Each group names its most tempting member: the one
-    with the highest objective, which the constraint kept from being chosen.
+    Read from the grid's `violations` (the constraint keys the run found broken), so each is a (slice,
+    constraint) pair rather than words to parse. A setting violating several constraints counts in each
+    group. Each group names its most tempting member: the one with the highest objective, which the
+    constraint kept from being chosen.
     """
-    slices = run.slices[:-1]
-    baseline = run.slice_rows(run.baseline)
     metric, objective_slice = run.objective
-    infeasible = run.grid.filter(~pl.col("feasible") & (pl.col("slice") == objective_slice))
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
-    objective: dict[str, float | None] = {}
-    for sid, value in infeasible.sort(metric, descending=True, nulls_last=True).select("setting_id", metric).rows():
-        objective[sid] = value
-        table = run.slice_rows(sid)
-        if table[OVERALL]["errors"]:
-            groups[("all", "complete: no failed searches")].append(sid)
-        for c in run.constraints:
-            for one in (replace(c, slice=s) for s in constraint_slices(c, slices)):
-                if any(v > 0 for _, _, v in constraint_values(table, baseline, [one], slices)):
-                    groups[(one.slice, one.describe())].append(sid)
+    named = {INCOMPLETE: ("all", "complete: no failed searches")}
+    for c in run.constraints:
+        named |= {constraint_key(c, s): (s, replace(c, slice=s).describe())
+                  for s in constraint_slices(c, run.slices[:-1])}
     tempting = f"highest {metric_label(metric)} on {objective_slice} among them"
-    rows = [{"slice": s, "violated constraint": c, "settings": len(ids),
-             tempting: f"{run.label(ids[0])} ({format_cell(metric, objective[ids[0]])})"}
-            for (s, c), ids in groups.items()]
+    broken = (run.grid.filter(~pl.col("feasible") & (pl.col("slice") == objective_slice))
+              .select("setting_id", "evaluation_order", metric, pl.col("violations").alias("key")).explode("key")
+              .sort(metric, "evaluation_order", descending=[True, False], nulls_last=True)
+              .group_by("key", maintain_order=True).agg(pl.len().alias("settings"), pl.first("setting_id"),
+                                                         pl.first(metric)))
+    rows = [{"slice": named[key][0], "violated constraint": named[key][1], "settings": n,
+             tempting: f"{run.label(sid)} ({format_cell(metric, value)})"}
+            for key, n, sid, value in broken.iter_rows()]
     rows.sort(key=lambda r: (-r["settings"], r["slice"], r["violated constraint"]))
     return pl.DataFrame(rows, schema={"slice": pl.String, "violated constraint": pl.String,
                                       "settings": pl.Int64, tempting: pl.String})

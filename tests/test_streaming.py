@@ -1,0 +1,137 @@
+"""The streamed end of a run (state read a part at a time, queries.parquet written in row groups, slice means and
+fold sums gathered as it goes) against the whole-table reference: every (setting, query) row in memory at once,
+superseded, scored and aggregated in one go. Outputs must be equal bit for bit."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rqsweep import metrics
+from rqsweep.backends.base import OUTCOME_SCHEMA
+from rqsweep.constraints import SliceMeans, choose_best
+from rqsweep.files import write_parquet_groups
+from rqsweep.inputs import load_inputs
+from rqsweep.job import Sweep
+from rqsweep.knobs import Knobs
+from rqsweep.progress import Progress
+from rqsweep.results import LocalRunState, golden_table, grid_table, query_table, settings_of
+from rqsweep.validation import FoldSums, cross_validate
+from tests.minijob import QUERIES, write_job
+
+METRICS = ["recall_at_5", "recall_at_10", "mrr", "ndcg_at_3"]
+CONSTRAINTS = [{"metric": "recall_at_10", "slice": "*", "max_drop": 0.2}, {"metric": "mrr", "slice": "entity",
+                                                                            "min": 0.3}]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    config = write_job(tmp_path_factory.mktemp("job"), metrics=METRICS, constraints=CONSTRAINTS,
+                       validation={"folds": 3, "seed": 7})
+    return load_inputs(config)
+
+
+def _rows(knobs: Knobs, outcomes: list[int | None | str]) -> pl.DataFrame:
+    """One setting's rows: per query a position (0 = absent) or an error text."""
+    n = len(QUERIES)
+    return pl.DataFrame({
+        "setting_id": [knobs.id] * n, **{k: [v] * n for k, v in knobs.columns().items()},
+        "query_id": [q[0] for q in QUERIES],
+        "positions": [None if isinstance(o, str) else [o or None] for o in outcomes],
+        "error": [o if isinstance(o, str) else None for o in outcomes],
+        "tie_sensitive": [o == 2 for o in outcomes],
+    }, schema=OUTCOME_SCHEMA)
+
+
+outcome = st.one_of(st.integers(0, 12), st.just("ReadTimeout: the server did not answer"))
+
+
+@st.composite
+def histories(draw):
+    """A run's history: parts of whole settings in recording order (a setting may be evaluated again in a later
+    part), and how many of the first parts a finished run already consolidated into queries.parquet."""
+    pool = [Knobs(k, m, h) for k in (1, 5, 60) for m in (None, 0.2) for h in (0.0, 30.0)]
+    baseline = Knobs(60, None, 0.0)
+    n_parts = draw(st.integers(1, 5))
+    parts, seen = [], []
+    for p in range(n_parts):
+        chosen = draw(st.lists(st.sampled_from(pool), min_size=1, max_size=5, unique_by=lambda k: k.id))
+        if p == 0 and baseline not in chosen:
+            chosen = [baseline, *chosen]
+        parts.append(pl.concat([_rows(k, draw(st.lists(outcome, min_size=len(QUERIES), max_size=len(QUERIES))))
+                                for k in chosen]))
+        seen += chosen
+    consolidated = draw(st.integers(0, n_parts))
+    rows_per_group = draw(st.integers(1, 40))
+    return parts, consolidated, rows_per_group
+
+
+def _superseded(rows: pl.DataFrame) -> pl.DataFrame:
+    """The reference rule over every row at once: the latest row of each (setting, query), settings in the order
+    of their first appearance."""
+    rows = rows.with_row_index("at")
+    return (rows.with_columns(pl.col("at").min().over("setting_id").alias("first"))
+            .filter(pl.col("at") == pl.col("at").max().over("setting_id", "query_id"))
+            .sort("first", "at").drop("at", "first"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=histories())
+def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs, tmp_path_factory, history):
+    parts, consolidated, rows_per_group = history
+    run_dir = tmp_path_factory.mktemp("run")
+    if consolidated:
+        # What a finished run left: its queries.parquet (whole settings per row group), its parts gone.
+        done = _superseded(pl.concat(parts[:consolidated]))
+        frames = [group for _, group in done.group_by("setting_id", maintain_order=True)]
+        write_parquet_groups(run_dir / "queries.parquet", frames, rows_per_group=rows_per_group)
+    sweep = Sweep(inputs, None, run_dir, "r1", Progress(0, "test", quiet=True))
+    for part in parts[consolidated:]:
+        sweep.state.record(part)
+    metadata = {"rqsweep.test": "1"}
+    streamed = sweep.finish(metadata)
+
+    names, config = inputs.metrics, inputs.config
+    objective = (config.objective.metric, config.objective.slice)
+    reference_rows = _superseded(pl.concat(parts))
+    scored = sweep.scored(reference_rows)
+    per_slice = metrics.slice_metrics(scored, names)
+    knobs = settings_of(reference_rows)
+    verdicts = choose_best(SliceMeans.from_frame(per_slice, list(knobs), inputs.golden.slices, names),
+                           config.baseline.id, objective, config.constraints, inputs.golden.slices)
+    stamp = {"run_id": "r1", "config_sha256": config.sha256, "golden_sha256": inputs.golden.sha256}
+    grid = grid_table(per_slice, knobs, verdicts, config.baseline.id, names, stamp)
+    queries = query_table(scored, golden_table(inputs.golden), names, "r1")
+
+    assert streamed.grid.equals(grid)
+    written = pl.read_parquet(run_dir / "queries.parquet")
+    assert written.equals(queries)
+    assert pq.read_schema(run_dir / "queries.parquet").metadata[b"rqsweep.test"] == b"1"
+    assert streamed.best == verdicts.best and streamed.rejected == verdicts.rejected()
+    assert list(streamed.settings) == list(knobs)
+
+    folds = FoldSums(golden_table(inputs.golden), inputs.golden.slices, names, config.validation)
+    folds.add(scored)
+    whole = cross_validate(folds, lambda ids: scored.filter(pl.col("setting_id").is_in(ids)), config.baseline.id,
+                           objective, config.constraints)
+    assert streamed.validation.as_json() == whole.as_json()
+
+    # The written table stands in for the parts: a resumed run reads back the same rows.
+    sweep.state.discard_parts()
+    assert not list((run_dir / "state").glob("part-*.parquet"))
+    again = LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
+    assert pl.concat(list(again.chunks())).equals(reference_rows)
+    assert again.finished() == set(reference_rows.group_by("setting_id").agg(pl.col("error").is_null().all())
+                                   .filter("error")["setting_id"].to_list())
+
+
+def test_a_part_never_splits_a_frame_across_row_groups(tmp_path):
+    frames = [pl.DataFrame({"a": list(range(n))}) for n in (3, 5, 2, 7)]
+    write_parquet_groups(tmp_path / "t.parquet", frames, rows_per_group=6)
+    sizes = [g.num_rows for g in (pq.ParquetFile(tmp_path / "t.parquet").metadata.row_group(i)
+                                  for i in range(pq.ParquetFile(tmp_path / "t.parquet").num_row_groups))]
+    assert sizes == [8, 9]  # 3+5 reach 6, then 2+7; no frame is cut
+    assert pl.read_parquet(tmp_path / "t.parquet")["a"].to_list() == [x for f in frames for x in f["a"].to_list()]
