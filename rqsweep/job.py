@@ -72,6 +72,7 @@ class Sweep:
         self.baseline_id = self.config.baseline.id
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
         self._baseline_rows: pl.DataFrame | None = None
+        self.searching = 0.0  # seconds inside the backend's evaluate: the searches alone
 
     def evaluate(self, settings: list[Knobs]) -> pl.DataFrame:
         """Evaluate and record the settings not finished yet; returns the rows just evaluated."""
@@ -79,7 +80,9 @@ class Sweep:
         todo = list({s.id: s for s in settings if s.id not in finished}.values())
         if not todo:
             return pl.DataFrame(schema=OUTCOME_SCHEMA)
+        started = time.monotonic()
         rows = self.backend.evaluate(todo)
+        self.searching += time.monotonic() - started
         self.state.record(rows)
         return rows
 
@@ -375,6 +378,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
                                                                  metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, done.settings, held_out)
+    scored = time.monotonic()
     write_report(run_dir, finished=False)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
@@ -385,7 +389,11 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         "settings": len(done.settings),
         "infeasible": done.grid.filter((pl.col("slice") == OVERALL) & ~pl.col("feasible")).height,
         "objective": {"metric": config.objective.metric, "slice": config.objective.slice},
+        # evaluate: the searches and their checkpoints, of which search: the backend's evaluation alone; score: the
+        # per-query table, the grid, the held-out estimate and the ranked lists; report: report.md and report.html.
         "timings_seconds": {"prepare": round(prepared - started, 3), "evaluate": round(evaluated - prepared, 3),
+                            "search": round(sweep.searching, 3),
+                            "score": round(scored - evaluated, 3), "report": round(time.monotonic() - scored, 3),
                             "total": round(time.monotonic() - started, 3)},
         "best": None if done.best is None else _setting_record(done.grid, done.settings[done.best], inputs.metrics),
         "baseline": _setting_record(done.grid, config.baseline, inputs.metrics),

@@ -84,11 +84,8 @@ class RunFolder:
         return int((self.config.get("search") or {}).get("limit", DEFAULT_LIMIT))
 
     @cached_property
-    def _rows_by_setting(self) -> dict[str, dict[str, dict]]:
-        out: dict[str, dict[str, dict]] = {}
-        for row in self.grid.iter_rows(named=True):
-            out.setdefault(row["setting_id"], {})[row["slice"]] = row
-        return out
+    def _slice_rows(self) -> dict[str, dict[str, dict]]:
+        return {}  # setting id -> slice -> row, filled as asked: a report asks for a few settings of many
 
     def knobs(self, setting_id: str) -> Knobs:
         """The knob values of an evaluated setting, from its grid row's knob columns."""
@@ -100,7 +97,10 @@ class RunFolder:
 
     def slice_rows(self, setting_id: str) -> dict[str, dict]:
         """slice -> that setting's grid row."""
-        return self._rows_by_setting.get(setting_id, {})
+        if setting_id not in self._slice_rows:
+            rows = self.grid.filter(pl.col("setting_id") == setting_id)
+            self._slice_rows[setting_id] = {r["slice"]: r for r in rows.iter_rows(named=True)}
+        return self._slice_rows[setting_id]
 
     def overall(self) -> pl.DataFrame:
         """One row per setting: its `overall` slice row, in evaluation order."""

@@ -222,9 +222,10 @@ def test_the_heatmap_hatches_cells_without_a_feasible_setting(tmp_path):
     image = ax.images[0].get_array()  # rows rrf_k (5, 60), columns half-life (0, 30)
     assert image.mask.tolist() == [[False, False], [False, True]]
     assert image.data[0].tolist() == [0.33, 0.705] and image.data[1][0] == 0.49
-    hatched = [p for p in ax.patches if p.get_hatch()]
-    assert [(p.get_x(), p.get_y()) for p in hatched] == [(0.5, 0.5)]  # the cell at column 1, row 1
-    assert hatched[0].get_label() == "no feasible setting"
+    (hatched,) = [c for c in ax.collections if c.get_hatch()]
+    cells = [tuple(path.vertices.min(axis=0)) for path in hatched.get_paths()]
+    assert cells == [(0.5, 0.5)]  # the cell at column 1, row 1, and only it
+    assert hatched.get_label() == "no feasible setting"
     boxed = [p for p in ax.patches if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)]
     assert [(p.get_x(), p.get_y()) for p in boxed] == [(0.5, -0.5)]  # the best: rrf_k 5, half-life 30
     assert sorted(t.get_text() for t in ax.texts) == ["0.330\n@0.2", "0.490\n@off", "0.705\n@off"]

@@ -100,7 +100,7 @@ class EmbeddedBackend:
 
     name = "embedded"
     profile = EMBEDDED_PROFILE
-    checkpoint_every = 2000  # settings: a few seconds of work, even on large golden sets
+    ROWS_PER_CHECKPOINT = 1_000_000  # (setting, query) rows a batch holds in memory, and the run's end reads at once
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
                  workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None):
@@ -109,6 +109,8 @@ class EmbeddedBackend:
         self.vectors = index.embed_queries([q.query for q in golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in golden.queries]
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
+        # Settings per recorded batch: a few seconds of work, and memory that does not grow with the golden set.
+        self.checkpoint_every = max(1, min(2000, self.ROWS_PER_CHECKPOINT // max(len(golden.queries), 1)))
         self.cluster, self._candidates = None, None
         if self.workers.backend == "dask":
             from rqsweep.backends.dask_shards import DaskShards
