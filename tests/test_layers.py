@@ -9,7 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "rqsweep"
 # Module (or package) -> its step; a module may import only from its own step or earlier ones.
 STEPS = [
-    ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.progress"),
+    ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.progress",
+     "rqsweep.pacing"),
     ("rqsweep.config",),
     ("rqsweep.corpus", "rqsweep.golden"),
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
