@@ -23,6 +23,7 @@ import httpx
 
 from rqsweep.backends.http.auth import Session, Target
 from rqsweep.errors import BackendError
+from rqsweep.pacing import Pacer
 from rqsweep.scrub import scrub_secrets
 
 T = TypeVar("T")
@@ -113,7 +114,9 @@ class SoatClient:
 
     def __init__(self, target: Target, *, max_in_flight: int = 8, requests_per_second: float | None = None,
                  timeout: float = 30.0, retries: int = 4, backoff: float = 0.5, max_consecutive_failures: int = 20,
-                 verify_tls: bool = True):
+                 verify_tls: bool = True, reached: bool = False):
+        """`reached`: the server has answered this run before (a Dask worker's client continuing the
+        coordinator's run), so a connection that cannot be made is retried rather than fatal."""
         self.base_url = target.base_url
         self.session = Session(target)
         self.retries, self.backoff = retries, backoff
@@ -125,13 +128,11 @@ class SoatClient:
             limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
         )
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="soat-http")
-        self._interval = 1.0 / requests_per_second if requests_per_second else 0.0
-        self._next_slot = 0.0
-        self._pace_lock = threading.Lock()
+        self.pacer = Pacer(requests_per_second)
         self._failure_lock = threading.Lock()
         self._consecutive_failures = 0
         self._stopped: str | None = None
-        self._answered = False  # has the server answered anything yet?
+        self._answered = reached  # has the server answered anything yet?
         self._jitter = random.Random()
 
     def connect(self) -> None:
@@ -164,7 +165,7 @@ class SoatClient:
         while True:
             if self._stopped:
                 raise BackendError(self._stopped)
-            self._pace()
+            self.pacer.wait()
             self.stats.add(requests=1)
             headers = self.session.headers() if authenticated else {}
             try:
@@ -236,16 +237,6 @@ class SoatClient:
         """Exponential backoff with equal jitter: half the step fixed, half random, so retries spread out."""
         step = min(_MAX_DELAY, self.backoff * 2**attempt)
         return step / 2 + self._jitter.uniform(0, step / 2)
-
-    def _pace(self) -> None:
-        if not self._interval:
-            return
-        with self._pace_lock:
-            now = time.monotonic()
-            slot = max(now, self._next_slot)
-            self._next_slot = slot + self._interval
-        if slot > now:
-            time.sleep(slot - now)
 
     def _succeeded(self) -> None:
         with self._failure_lock:
