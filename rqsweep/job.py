@@ -349,7 +349,8 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     write_json(run_dir / "run.json", info)  # before the backend: a seed it starts can be resumed
     try:
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
-                                workers=config.workers if workers is None else replace(config.workers, n=workers))
+                                workers=config.workers if workers is None else replace(config.workers, n=workers),
+                                advance=progress.part)
     except BaseException:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
         if not resumed and not any(p.name not in ("run.json", LOCK_FILE) for p in run_dir.iterdir()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import yaml
 from rqsweep import job
 from rqsweep.config import WorkersConfig, load_config
 from rqsweep.errors import InputError
+from rqsweep.progress import Progress
 from tests.minijob import write_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,3 +194,36 @@ def test_a_lost_scheduler_exits_3_and_resume_completes(tmp_path):
         stop(workers)
     assert resumed.returncode == 0, resumed.stderr
     assert_same_results(run_dir, serial)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_moves_as_parts_of_a_batch_finish_and_the_batch_count_replaces_them():
+    bar = Progress(100, "run", stream=Terminal())
+    bar(50)
+    bar.part(12.5)
+    bar.part(12.5)
+    assert bar.stream.getvalue().split("\r")[-1].startswith("run [##########") and " 75/100 " in bar.stream.getvalue()
+    bar(50)
+    assert bar.stream.getvalue().split("\r")[-1].split()[-2] == "100/100"
+
+
+def test_a_dask_batch_advances_once_per_finished_shard(tmp_path):
+    from rqsweep.backends.embedded import build_embedded_backend
+    from rqsweep.inputs import load_inputs
+    from rqsweep.space import grid
+
+    inputs = load_inputs(handbook_job(tmp_path, {"backend": "dask", "n": 2}), lambda _: None)
+    parts = []
+    backend = build_embedded_backend(inputs.config, inputs.golden, inputs.corpus, workers=inputs.config.workers,
+                                     log=lambda _: None, advance=parts.append)
+    try:
+        settings = grid(inputs.config.sweep, inputs.config.baseline)
+        backend.evaluate(settings)
+    finally:
+        backend.close()
+    assert len(parts) == 8  # 4 shards per worker
+    assert sum(parts) == pytest.approx(len(settings))

@@ -16,7 +16,7 @@ from rqsweep.corpus import Corpus
 from rqsweep.golden import GoldenSet
 
 Log = Callable[[str], None]
-Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir) -> Backend
+Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir, advance) -> Backend
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,11 @@ BACKENDS = {
 
 
 def build_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *, workers: int, log: Log,
-                  run_dir: Path | None = None) -> Backend:
-    """The backend `config.backend.kind` names, ready to evaluate settings."""
-    return BACKENDS[config.backend.kind].build(config, golden, corpus, workers=workers, log=log, run_dir=run_dir)
+                  run_dir: Path | None = None, advance: Callable[[float], None] = lambda _: None) -> Backend:
+    """The backend `config.backend.kind` names, ready to evaluate settings; `advance(settings)` hears of parts of a
+    batch as they finish (Progress.part)."""
+    return BACKENDS[config.backend.kind].build(config, golden, corpus, workers=workers, log=log, run_dir=run_dir,
+                                               advance=advance)
 
 
 __all__ = ["BACKENDS", "OUTCOME_SCHEMA", "Backend", "RankedHit", "build_backend"]

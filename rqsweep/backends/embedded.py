@@ -12,6 +12,7 @@ import polars as pl
 from joblib import Parallel, delayed, parallel_config
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
+from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, delay_changes_positions, expected_positions, plan_query
@@ -103,20 +104,29 @@ class EmbeddedBackend:
     ROWS_PER_CHECKPOINT = 1_000_000  # (setting, query) rows a batch holds in memory, and the run's end reads at once
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
-                 workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None):
+                 workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None, *,
+                 cluster: DaskCluster | None = None, advance: Callable[[float], None] = lambda _: None):
+        """`cluster`: the Dask cluster to use (and close) with `workers.backend: dask` (None: connect to it here);
+        `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress)."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
+        self.advance = advance
         self.vectors = index.embed_queries([q.query for q in golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in golden.queries]
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
         # Settings per recorded batch: a few seconds of work, and memory that does not grow with the golden set.
         self.checkpoint_every = max(1, min(2000, self.ROWS_PER_CHECKPOINT // max(len(golden.queries), 1)))
-        self.cluster, self._candidates = None, None
+        self.cluster, self.shards, self._candidates = cluster, None, None
         if self.workers.backend == "dask":
             from rqsweep.backends.dask_shards import DaskShards
 
-            # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
-            self.cluster = DaskShards(index, queries, self.vectors, limit, scope, self.workers, log)
+            try:
+                self.cluster = self.cluster or DaskCluster(self.workers, log)
+                # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
+                self.shards = DaskShards(self.cluster, index, queries, self.vectors, limit, scope, log)
+            except BaseException:
+                self.close()  # a LocalCluster's processes must not outlive a failed start
+                raise
         else:
             self.plans, self.alternates, self._candidates = plan_queries(index, queries, self.vectors, limit, scope,
                                                                          log)
@@ -124,14 +134,14 @@ class EmbeddedBackend:
     @property
     def candidates(self) -> list[Candidates]:
         """Per query, in the index's tie order: `ranked` re-fuses them (fetched from the cluster on first use)."""
-        if self.cluster is not None and self._candidates is None:
-            self._candidates = self.cluster.candidates()
+        if self.shards is not None and self._candidates is None:
+            self._candidates = self.shards.candidates()
         return self._candidates
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
-        if self.cluster is not None:
-            positions, tie = self.cluster.score(batch)
+        if self.shards is not None:
+            positions, tie = self.shards.score(batch, self.advance)
         else:
             positions, tie = self._score_here(batch)
         return outcome_frame(settings, [q.id for q in self.golden.queries], positions, self.n_expected,
@@ -157,7 +167,7 @@ class EmbeddedBackend:
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()
-            self.cluster = None
+            self.cluster, self.shards = None, None
 
 
 EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
@@ -176,12 +186,13 @@ def build_embedder(config: EmbeddedConfig) -> Embedder:
 
 
 def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: WorkersConfig | int,
-                           log: Callable[[str], None], run_dir: Path | None = None) -> EmbeddedBackend:
+                           log: Callable[[str], None], run_dir: Path | None = None,
+                           advance: Callable[[float], None] = lambda _: None) -> EmbeddedBackend:
     """Chunk, embed and index the corpus, then extract every golden query's candidates."""
     started = time.monotonic()
     engine = config.backend
     index = Index.build(corpus, build_embedder(engine), engine.chunking, tie_order=engine.tie_order)
-    backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log)
+    backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, advance=advance)
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories, "
         f"{len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
     return backend

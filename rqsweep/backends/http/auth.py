@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -121,6 +121,11 @@ class Session:
     def secrets(self) -> list[str]:
         """Every credential this session holds: what a server's messages must not repeat."""
         return [s.reveal() for s in (self.target.token, self.target.password, self._token) if s is not None]
+
+    def current(self) -> Target:
+        """The target with the token in use (a login's, after one): what a Dask worker searches with, logging in
+        again itself only when that token expires."""
+        return replace(self.target, token=self._token)
 
     def headers(self) -> dict[str, str]:
         return {} if self._token is None else {"Authorization": f"Bearer {self._token.reveal()}"}

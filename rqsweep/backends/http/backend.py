@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from rqsweep.backends.base import RankedHit, outcome_frame
+from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.direct import Outcome, Searcher
@@ -17,12 +18,14 @@ from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
 from rqsweep.backends.http.probe import ServerProfile, probe, recheck_results
 from rqsweep.backends.http.replay import Replay
 from rqsweep.backends.http.seed import SEED_FILE, SEED_JOURNAL, IdMap, Journal, listing, seed_corpus
-from rqsweep.config import HttpConfig, JobConfig, KnobSpec
+from rqsweep.backends.http.spread import SpreadSearches, WorkerSearches
+from rqsweep.config import HttpConfig, JobConfig, KnobSpec, WorkersConfig
 from rqsweep.corpus import Corpus
 from rqsweep.scope import Scope
 from rqsweep.errors import BackendError, InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
+from rqsweep.pacing import RequestLimits
 
 Log = Callable[[str], None]
 SEARCHES_PER_CHECKPOINT = 500  # direct searches a crash may cost at most
@@ -33,8 +36,11 @@ class HttpBackend:
     """Evaluates settings on a SOAT server; `tie_sensitive` is null (storage order is the server's own)."""
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], replay: Replay | None,
-                 server: ServerProfile, keys: dict[tuple[str, str], str], log: Log):
+                 server: ServerProfile, keys: dict[tuple[str, str], str], log: Log,
+                 spread: SpreadSearches | None = None):
+        """`spread`: direct searches run on a Dask cluster instead of here."""
         self.searcher, self.queries, self.replay, self.server, self.log = searcher, queries, replay, server, log
+        self.spread = spread
         self.keys = keys  # (source type, server id) -> corpus key, for ranked lists people read
         self.name = "http-replay" if replay else "http-direct"
         self.profile = server.record(searcher.client.base_url, "replay" if replay else "direct")
@@ -47,7 +53,8 @@ class HttpBackend:
             check_knobs(self.server, s, self.searcher.client.base_url)
         by_id: dict[tuple[int, str], Outcome] = self.replay.outcomes(settings) if self.replay else {}
         direct_queries = self.replay.fallback if self.replay else self.queries
-        for (s, q), outcome in self.searcher.direct(settings, direct_queries).items():
+        direct = self.spread.direct if self.spread else self.searcher.direct
+        for (s, q), outcome in direct(settings, direct_queries).items():
             by_id[(s, direct_queries[q].id)] = outcome
         positions = np.zeros((len(settings), len(self.queries), max(self.n_expected, default=1)), np.int64)
         errors = []
@@ -82,6 +89,9 @@ class HttpBackend:
         stats = self.searcher.client.stats
         self.log(f"http: {stats.requests} requests, {stats.retries} retries, {stats.failures} failed for good")
         self.searcher.client.close()
+        if self.spread is not None:
+            self.spread.close()
+            self.spread = None
 
 
 def _moves(knob: str, spec: KnobSpec) -> bool:
@@ -184,12 +194,23 @@ def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None, di
     return tuple(s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), str))
 
 
-def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *, workers: int, log: Log,
-                       run_dir: Path | None = None) -> HttpBackend:
+def _spread(http: HttpConfig, client: SoatClient, searcher: Searcher, cluster: DaskCluster,
+            advance: Callable[[float], None]) -> SpreadSearches:
+    options = {"timeout": http.timeout, "retries": http.retries, "backoff": http.backoff,
+               "max_consecutive_failures": http.max_consecutive_failures, "verify_tls": http.verify_tls}
+    setup = WorkerSearches(client.session.current(), options, searcher.limit, searcher.scope, searcher.dialect)
+    return SpreadSearches(cluster, setup, RequestLimits(http.max_in_flight, http.requests_per_second), client.stats,
+                          advance)
+
+
+def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *,
+                       workers: WorkersConfig | int, log: Log, run_dir: Path | None = None,
+                       advance: Callable[[float], None] = lambda _: None) -> HttpBackend:
     """Connect, seed or map ids, probe the server, and (in replay mode) fetch every query once.
 
-    `workers` is unused: the client's `max_in_flight` is this backend's parallelism. The run folder keeps what
-    seeding created (seed.json), so that --resume does not seed again."""
+    The client's `max_in_flight` is this backend's parallelism; with `workers.backend: dask` direct mode's
+    searches run on the cluster within the same limits (spread.py), `advance` told of each finished chunk.
+    The run folder keeps what seeding created (seed.json), so that --resume does not seed again."""
     http = config.backend
     assert isinstance(http, HttpConfig)
     if http.mode != "direct" and http.replay_limit < config.limit:
@@ -234,7 +255,13 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
             replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log)
         keys = {**{("document", v): k for k, v in ids.documents.items()},
                 **{("memory", v): k for k, v in ids.memories.items()}}
-        return HttpBackend(searcher, queries, replay, server, keys, log)
+        spread = None
+        if isinstance(workers, WorkersConfig) and workers.backend == "dask":
+            if replay is None:
+                spread = _spread(http, client, searcher, DaskCluster(workers, log), advance)
+            else:
+                log("dask: replay mode searches about once per query, here: the cluster is not used")
+        return HttpBackend(searcher, queries, replay, server, keys, log, spread)
     except BaseException:
         client.close()
         raise
