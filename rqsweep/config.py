@@ -132,6 +132,8 @@ class EmbedderConfig:
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 64
     timeout: float = 30.0
+    max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
+    requests_per_second: float | None = None
 
 
 @dataclass(frozen=True)
@@ -457,7 +459,9 @@ def _metric_names(top: Section) -> tuple[str, ...] | None:
 
 def _embedded(sec: Section) -> EmbeddedConfig:
     sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
-    emb = sec.section("embedder", {}).only("kind", "dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout")
+    emb = sec.section("embedder", {}).only("kind", "dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout",
+                                           "max_in_flight", "requests_per_second")
+    rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
     kind = emb.choice("kind", ("feature-hash", "openai", "ollama"), "feature-hash")
     embedder = EmbedderConfig(
         kind=kind,
@@ -466,6 +470,8 @@ def _embedded(sec: Section) -> EmbeddedConfig:
         api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
         batch_size=emb.get("batch_size", int, 64, lambda v: v >= 1, "must be >= 1"),
         timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
+        max_in_flight=emb.get("max_in_flight", int, 1, lambda v: v >= 1, "must be >= 1"),
+        requests_per_second=None if rps is None else float(rps),
     )
     if kind != "feature-hash" and embedder.model is None:
         raise InputError(sec.file, emb.where("model"), f"is required for embedder kind {kind!r}")

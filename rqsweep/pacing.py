@@ -32,9 +32,14 @@ class Pacer:
     """Spaces request starts `1 / requests_per_second` apart, from any number of threads."""
 
     def __init__(self, requests_per_second: float | None):
+        self.requests_per_second = requests_per_second
         self._interval = 1.0 / requests_per_second if requests_per_second else 0.0
         self._next = 0.0
         self._lock = threading.Lock()
+
+    def __reduce__(self):
+        # A pacer travels (inside an embedder sent to a Dask worker) as its rate: the other process paces afresh.
+        return Pacer, (self.requests_per_second,)
 
     def wait(self) -> None:
         """Block until the next request may start, and book that start."""

@@ -6,7 +6,7 @@ Every embedder returns float32 rows exactly as pgvector would store them (`to_pg
 from rqsweep.engine.embed.cache import CachedEmbedder
 from rqsweep.engine.embed.feature_hash import FeatureHashEmbedder, fnv1a32, js_lower, tokens
 from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, to_pgvector_float32
-from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder
+from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder
 
 __all__ = [
     "CachedEmbedder",
@@ -15,6 +15,7 @@ __all__ = [
     "FeatureHashEmbedder",
     "OllamaEmbedder",
     "OpenAIEmbedder",
+    "RemoteEmbedder",
     "fnv1a32",
     "js_lower",
     "tokens",

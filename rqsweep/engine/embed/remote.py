@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,6 +16,7 @@ import httpx
 import numpy as np
 
 from rqsweep.engine.embed.protocol import EmbeddingError, to_pgvector_float32
+from rqsweep.pacing import Pacer, RequestLimits
 from rqsweep.scrub import scrub_secrets
 
 log = logging.getLogger(__name__)
@@ -21,13 +24,16 @@ log = logging.getLogger(__name__)
 _SHOWN_BODY_CHARS = 300
 
 
-class _RemoteEmbedder(ABC):
-    """POSTs texts in batches to one endpoint and checks every answer; subclasses speak the protocol."""
+class RemoteEmbedder(ABC):
+    """POSTs texts in batches to one endpoint and checks every answer; subclasses speak the protocol.
+
+    `limits` are the provider's, for this embedder's calls (a Dask run gives each lane a share: `within`). The
+    object pickles whole, API key included (a Dask worker embeds with it); its repr shows only the identity."""
 
     provider: str
 
     def __init__(self, base_url: str, model: str, batch_size: int, timeout: float,
-                 dimensions: int | None = None) -> None:
+                 dimensions: int | None = None, limits: RequestLimits = RequestLimits()) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{self.provider} base_url must be an http(s) URL, got scheme {parts.scheme!r}")
@@ -44,23 +50,38 @@ class _RemoteEmbedder(ABC):
         self.batch_size = batch_size
         self.timeout = timeout
         self.dimensions = dimensions
+        self.limits = limits
+        self.pacer = Pacer(limits.requests_per_second)
+
+    def within(self, limits: RequestLimits) -> RemoteEmbedder:
+        """This embedder with other limits (a lane's share of the run's) and a pacer of its own."""
+        lane = copy.copy(self)
+        lane.limits, lane.pacer = limits, Pacer(limits.requests_per_second)
+        return lane
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed `texts` in batches of `batch_size`, one request each; raises `EmbeddingError`."""
-        batches = []
-        with httpx.Client(timeout=self.timeout) as client:
-            for start in range(0, len(texts), self.batch_size):
-                batch = list(texts[start:start + self.batch_size])
-                vectors = self._post(client, batch)
-                if self.dimensions is None:
-                    self.dimensions = vectors.shape[1]
-                elif vectors.shape[1] != self.dimensions:
-                    raise self._error(f"returned {vectors.shape[1]}-dimensional embeddings, "
-                                      f"expected {self.dimensions}")
-                batches.append(vectors)
+        """Embed `texts` in batches of `batch_size`, one request each, `limits.max_in_flight` at a time and paced;
+        raises `EmbeddingError` (and sends no further batch)."""
+        starts = range(0, len(texts), self.batch_size)
+        with httpx.Client(timeout=self.timeout) as client, ThreadPoolExecutor(self.limits.max_in_flight) as pool:
+            sent = [pool.submit(self._paced_post, client, list(texts[s:s + self.batch_size])) for s in starts]
+            try:
+                batches = [future.result() for future in sent]
+            finally:
+                for future in sent:
+                    future.cancel()
+        for vectors in batches:
+            if self.dimensions is None:
+                self.dimensions = vectors.shape[1]
+            elif vectors.shape[1] != self.dimensions:
+                raise self._error(f"returned {vectors.shape[1]}-dimensional embeddings, expected {self.dimensions}")
         if not batches:
             return np.empty((0, self.dimensions or 0), dtype=np.float32)
         return to_pgvector_float32(np.concatenate(batches))
+
+    def _paced_post(self, client: httpx.Client, batch: list[str]) -> np.ndarray:
+        self.pacer.wait()
+        return self._post(client, batch)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(identity={self.identity!r})"
@@ -134,7 +155,7 @@ class _RemoteEmbedder(ABC):
         return EmbeddingError(f"{self.provider} embeddings (model {self.model!r}): POST {self.url} {problem}")
 
 
-class OpenAIEmbedder(_RemoteEmbedder):
+class OpenAIEmbedder(RemoteEmbedder):
     """An OpenAI-compatible `/embeddings` endpoint, as SOAT's OpenAI provider (the AI SDK) calls it.
 
     The API key is read from the environment variable `api_key_env` once, here, and sent as a Bearer
@@ -145,8 +166,9 @@ class OpenAIEmbedder(_RemoteEmbedder):
     provider = "openai"
 
     def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY",
-                 dimensions: int | None = None, batch_size: int = 128, timeout: float = 60.0) -> None:
-        super().__init__(base_url, model, batch_size, timeout, dimensions)
+                 dimensions: int | None = None, batch_size: int = 128, timeout: float = 60.0,
+                 limits: RequestLimits = RequestLimits()) -> None:
+        super().__init__(base_url, model, batch_size, timeout, dimensions, limits)
         self._requested_dimensions = dimensions
         self._api_key = ""
         if api_key_env is not None:
@@ -187,7 +209,7 @@ class OpenAIEmbedder(_RemoteEmbedder):
         return scrub_secrets(text, [self._api_key])
 
 
-class OllamaEmbedder(_RemoteEmbedder):
+class OllamaEmbedder(RemoteEmbedder):
     """Ollama's native `/api/embed` endpoint: `{"model", "input": [...]}` -> `{"embeddings": [...]}`.
 
     Ollama listens on `http://127.0.0.1:11434` unless configured otherwise.
@@ -195,8 +217,9 @@ class OllamaEmbedder(_RemoteEmbedder):
 
     provider = "ollama"
 
-    def __init__(self, base_url: str, model: str, batch_size: int = 64, timeout: float = 120.0) -> None:
-        super().__init__(base_url, model, batch_size, timeout)
+    def __init__(self, base_url: str, model: str, batch_size: int = 64, timeout: float = 120.0,
+                 limits: RequestLimits = RequestLimits()) -> None:
+        super().__init__(base_url, model, batch_size, timeout, limits=limits)
 
     @property
     def url(self) -> str:
