@@ -17,12 +17,14 @@ from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersCon
 from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, delay_changes_positions, expected_positions, plan_query
 from rqsweep.engine.channels import Candidates
-from rqsweep.engine.embed import CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder
+from rqsweep.engine.embed import (CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder,
+                                  RemoteEmbedder)
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
 from rqsweep.engine.recency import SEARCH_DELAY_DAYS
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
+from rqsweep.pacing import RequestLimits
 from rqsweep.scope import Scope
 
 _MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
@@ -111,25 +113,29 @@ class EmbeddedBackend:
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
         self.advance = advance
-        self.vectors = index.embed_queries([q.query for q in golden.queries])
-        queries = [(q.query, tuple(e.key for e in q.expected)) for q in golden.queries]
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
         # Settings per recorded batch: a few seconds of work, and memory that does not grow with the golden set.
         self.checkpoint_every = max(1, min(2000, self.ROWS_PER_CHECKPOINT // max(len(golden.queries), 1)))
         self.cluster, self.shards, self._candidates = cluster, None, None
+        try:
+            self._prepare(log)
+        except BaseException:
+            self.close()  # a LocalCluster's processes must not outlive a failed start
+            raise
+
+    def _prepare(self, log: Callable[[str], None]) -> None:
+        """Embed the golden queries and extract their candidates, here or on the cluster."""
+        self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
+        queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
         if self.workers.backend == "dask":
             from rqsweep.backends.dask_shards import DaskShards
 
-            try:
-                self.cluster = self.cluster or DaskCluster(self.workers, log)
-                # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
-                self.shards = DaskShards(self.cluster, index, queries, self.vectors, limit, scope, log)
-            except BaseException:
-                self.close()  # a LocalCluster's processes must not outlive a failed start
-                raise
+            self.cluster = self.cluster or DaskCluster(self.workers, log)
+            # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
+            self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log)
         else:
-            self.plans, self.alternates, self._candidates = plan_queries(index, queries, self.vectors, limit, scope,
-                                                                         log)
+            self.plans, self.alternates, self._candidates = plan_queries(self.index, queries, self.vectors,
+                                                                         self.limit, self.scope, log)
 
     @property
     def candidates(self) -> list[Candidates]:
@@ -170,18 +176,29 @@ class EmbeddedBackend:
             self.cluster, self.shards = None, None
 
 
+def _limits(e: EmbedderConfig) -> RequestLimits:
+    return RequestLimits(e.max_in_flight, e.requests_per_second)
+
+
 EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
     "feature-hash": lambda e: FeatureHashEmbedder(e.dimensions),
     "openai": lambda e: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
-                                       dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout),
+                                       dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout,
+                                       limits=_limits(e)),
     "ollama": lambda e: OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
-                                       timeout=e.timeout),
+                                       timeout=e.timeout, limits=_limits(e)),
 }
 
 
-def build_embedder(config: EmbeddedConfig) -> Embedder:
-    """The configured embedder, behind the on-disk vector cache when the config names one."""
+def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
+                   log: Callable[[str], None] = lambda _: None) -> Embedder:
+    """The configured embedder, a remote one's batches spread over `cluster` when given, behind the on-disk
+    vector cache when the config names one (the cache stays here: vectors come back to be stored)."""
     embedder = EMBEDDERS[config.embedder.kind](config.embedder)
+    if cluster is not None and isinstance(embedder, RemoteEmbedder):
+        from rqsweep.backends.dask_embedder import DaskEmbedder
+
+        embedder = DaskEmbedder(embedder, cluster, log)
     return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder
 
 
@@ -191,8 +208,16 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     """Chunk, embed and index the corpus, then extract every golden query's candidates."""
     started = time.monotonic()
     engine = config.backend
-    index = Index.build(corpus, build_embedder(engine), engine.chunking, tie_order=engine.tie_order)
-    backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, advance=advance)
+    workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
+    cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
+    try:
+        index = Index.build(corpus, build_embedder(engine, cluster, log), engine.chunking, tie_order=engine.tie_order)
+    except BaseException:
+        if cluster is not None:
+            cluster.close()
+        raise
+    backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
+                              advance=advance)
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories, "
         f"{len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
     return backend
