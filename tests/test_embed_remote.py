@@ -268,6 +268,22 @@ def test_cache_reruns_never_reembed_and_send_only_misses(provider, openai, tmp_p
     assert (rerun.hits, rerun.misses) == (5, 6)
 
 
+def test_cache_stores_each_portion_as_it_comes_back(provider, openai, tmp_path, monkeypatch):
+    import rqsweep.engine.embed.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_STORE_EVERY", 4)  # one request of batch_size 4 per portion
+    provider.reply = lambda path, body, headers: ((500, {"error": {"message": "down"}}) if len(provider.requests) == 3
+                                                  else openai_reply(body))
+    texts = [f"text {i}" for i in range(10)]
+    with pytest.raises(EmbeddingError, match="HTTP 500"):
+        CachedEmbedder(openai, tmp_path).embed(texts)
+    # The provider failed on the third portion: the first two are on disk, and only the rest is sent again.
+    provider.reply = provider.default_reply
+    rerun = CachedEmbedder(openai, tmp_path)
+    np.testing.assert_array_equal(rerun.embed(texts), expected(texts))
+    assert (rerun.hits, rerun.misses) == (8, 2) and provider.inputs()[3:] == [texts[8:]]
+
+
 def test_cache_is_keyed_by_identity(provider, openai, tmp_path, monkeypatch):
     CachedEmbedder(openai, tmp_path).embed(["a"])
     monkeypatch.setenv("TEST_EMBED_KEY", KEY)

@@ -15,15 +15,18 @@ from rqsweep.engine.embed.protocol import Embedder, EmbeddingError
 
 _LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
 _BUSY_TIMEOUT_S = 60.0
+# Misses are embedded and stored this many at a time: a provider failing late in a large corpus (or a kill)
+# loses at most one portion. Large enough that each is still many batches, over all of a Dask run's workers.
+_STORE_EVERY = 8192
 
 
 class CachedEmbedder:
     """Wraps `inner`, keeping its vectors in `cache_dir`, keyed by its identity and each text's SHA-256.
 
     One SQLite file per identity, in WAL mode: several processes may read and write it at once, and a
-    crash mid-write loses at most the uncommitted batch, never the file. Only the texts not yet cached
-    go to `inner`, each once, in one `embed` call. `hits` counts texts served from disk, `misses` the
-    distinct texts sent to `inner`.
+    crash mid-write loses at most the uncommitted portion, never the file. Only the texts not yet cached
+    go to `inner`, each once, in one `embed` call per `_STORE_EVERY` of them, stored as each comes back.
+    `hits` counts texts served from disk, `misses` the distinct texts sent to `inner`.
     """
 
     def __init__(self, inner: Embedder, cache_dir: Path) -> None:
@@ -58,21 +61,25 @@ class CachedEmbedder:
             found = self._lookup(conn, set(keys))
             from_disk = sum(key in found for key in keys)
             missing = {key: text for key, text in zip(keys, texts) if key not in found}
-            if missing:
-                vectors = np.asarray(self.inner.embed(list(missing.values())), dtype="<f4")
-                if vectors.ndim != 2 or len(vectors) != len(missing):
-                    raise EmbeddingError(f"{self.identity} returned shape {vectors.shape} "
-                                         f"for {len(missing)} texts")
-                with conn:
-                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)",
-                                     [(key, row.tobytes()) for key, row in zip(missing, vectors)])
-                found.update(zip(missing, vectors))
+            order = list(missing)
+            for start in range(0, len(order), _STORE_EVERY):
+                portion = {key: missing[key] for key in order[start:start + _STORE_EVERY]}
+                found.update(self._embed_and_store(conn, portion))
         self.hits += from_disk
         self.misses += len(missing)
         if len({len(vector) for vector in found.values()}) != 1:
             raise EmbeddingError(f"embedding cache {self.path} holds vectors of several dimensions for "
                                  f"{self.identity}; delete the file to rebuild it")
         return np.stack([found[key] for key in keys]).astype(np.float32)
+
+    def _embed_and_store(self, conn: sqlite3.Connection, missing: dict[bytes, str]) -> dict[bytes, np.ndarray]:
+        vectors = np.asarray(self.inner.embed(list(missing.values())), dtype="<f4")
+        if vectors.ndim != 2 or len(vectors) != len(missing):
+            raise EmbeddingError(f"{self.identity} returned shape {vectors.shape} for {len(missing)} texts")
+        with conn:
+            conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?)",
+                             [(key, row.tobytes()) for key, row in zip(missing, vectors)])
+        return dict(zip(missing, vectors))
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)
