@@ -2,19 +2,26 @@
 
     .venv/bin/python benchmarks/dask.py                          # 100,000 chunks, 1,000 queries, 1 and 2 workers
     .venv/bin/python benchmarks/dask.py --chunks 20000 --workers 1 2 4
+    .venv/bin/python benchmarks/dask.py --http                   # HTTP direct mode: handbook, `rqsweep serve`
 
 Uses benchmarks/engine.py's synthetic corpus and settings. "Whole job" here is what the backend does for a
 run: build the index, extract every query's candidates, evaluate every setting in the job's checkpoint
 batches (reading and writing files is the same for every engine and left out). Then fits the cost model of
 docs/scaling.md to the one-process run and prints its prediction next to each Dask run's measurement.
+
+`--http` instead runs HTTP direct mode against `rqsweep serve` in its own process (benchmarks/http_backend.py's
+server and configs): the handbook's 165 queries x `--settings` settings, here and on N Dask workers, without a
+rate cap and with `--rate`, printing the searches per second each reaches and the peak in any one second.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import pickle
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,11 +30,19 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
 
-_spec = importlib.util.spec_from_file_location("bench_engine", HERE / "engine.py")
-bench_engine = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_engine)  # also pins BLAS to one thread, as the single-core figures need
+
+
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench_engine = _benchmark("engine")  # also pins BLAS to one thread, as the single-core figures need
 
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
 from rqsweep.backends.embedded import EmbeddedBackend  # noqa: E402
 from rqsweep.config import Chunking, WorkersConfig  # noqa: E402
@@ -73,13 +88,46 @@ def timed_job(index: Index, golden: GoldenSet, settings, workers: WorkersConfig)
             "evaluate": t2 - t1, "round": t3 - t2}
 
 
+def http_direct(workers: list[int], n_settings: int, in_flight: int, rate: float) -> None:
+    """HTTP direct mode here and on Dask, with and without a rate cap: searches per second, peak second."""
+    bench_http = _benchmark("http_backend")
+    os.environ["SOAT_PASSWORD"] = bench_http.PASSWORD
+    ks = [1, 2, 3, 5, 8, 10, 20, 40, 60, 100][:n_settings]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        server, url = bench_http.start_server(bench_http.write_config(folder, "engine", {"kind": "embedded"}, [60]))
+        try:
+            for cap in (None, rate):
+                for n in [0, *workers]:
+                    backend = {"kind": "http", "base_url": url, "username": "admin", "seed": True, "mode": "direct",
+                               "max_in_flight": in_flight, "requests_per_second": cap}
+                    config = bench_http.write_config(folder, f"direct-{n}-{'capped' if cap else 'free'}", backend, ks)
+                    config.write_text(yaml.safe_dump(yaml.safe_load(config.read_text())
+                                                     | {"workers": {"backend": "dask", "n": n} if n else 1}))
+                    outcome, _, _, _ = bench_http.run(config)
+                    seconds = yaml.safe_load((outcome.run_dir / "run.json").read_text())["timings_seconds"]["evaluate"]
+                    searches = outcome.grid["setting_id"].n_unique() * outcome.grid.filter(
+                        outcome.grid["slice"] == "overall")["queries"][0]
+                    where = f"dask {n} worker(s)" if n else "1 process"
+                    print(f"http direct, {where}, max_in_flight {in_flight}, requests_per_second {cap}: {searches} "
+                          f"searches in {seconds:.2f} s = {searches / seconds:.0f}/s")
+        finally:
+            server.terminate()
+            server.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=1000, help="at most 1,000 (the generator's query count)")
     ap.add_argument("--settings", type=int, default=2000)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--http", action="store_true", help="HTTP direct mode instead (handbook, --settings 4 is plenty)")
+    ap.add_argument("--in-flight", type=int, default=4, help="with --http: max_in_flight")
+    ap.add_argument("--rate", type=float, default=50.0, help="with --http: the requests_per_second cap tried")
     args = ap.parse_args()
+    if args.http:
+        return http_direct(args.workers, min(args.settings, 10), args.in_flight, args.rate)
 
     corpus, queries = bench_engine.synthetic_corpus(args.chunks, args.chunks // 10)
     golden = golden_of(queries[: args.queries])

@@ -51,7 +51,7 @@ class DaskShards:
         """Futures of each shard's (plans, alternates, candidates), computed and kept on the workers."""
         from distributed import as_completed
 
-        # The embedder stays here: queries arrive embedded, so a remote provider's client never travels.
+        # The index travels without its embedder: queries arrive embedded.
         shipped = copy.copy(index)
         shipped.embedder = None
         started = time.monotonic()
