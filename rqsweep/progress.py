@@ -22,15 +22,15 @@ class Progress:
     def __call__(self, finished: int) -> None:
         self.done += finished
         self.within = 0.0
-        self._show()
+        self._show(counted=True)
 
     def part(self, settings: float) -> None:
         """A part of the batch being evaluated finished (a shard of queries on a cluster worker, say), worth
         `settings` settings: the bar moves now; the batch's own count replaces these parts when it ends."""
         self.within += settings
-        self._show()
+        self._show(counted=False)
 
-    def _show(self) -> None:
+    def _show(self, counted: bool) -> None:
         if self.quiet:
             return
         now = time.monotonic()
@@ -44,7 +44,7 @@ class Progress:
             if self.done >= self.total:
                 self.stream.write("\n")
             self.stream.flush()
-        elif self.done >= self.total or now - self._last_log >= 5:
+        elif (counted and self.done >= self.total) or now - self._last_log >= 5:
             self._last_log = now
             print(f"{self.label}: {shown}/{self.total} settings, {elapsed:.1f}s", file=self.stream, flush=True)
 

@@ -151,3 +151,38 @@ def test_requests_per_second_holds_for_the_whole_run_on_an_existing_cluster(corp
     # In any one second: `rate`, plus one per pacer (two lanes, then the coordinator's for the ranked lists)
     # whose interval straddles the window's edges.
     assert most_started_within(starts, 1.0) <= rate + 3
+
+
+def test_a_server_lost_mid_run_on_the_cluster_exits_3_without_credentials_and_resume_completes(
+        corpus, tmp_path, monkeypatch, capfd):
+    from distributed import LocalCluster
+
+    from rqsweep import cli
+    from rqsweep.backends.http import backend as http_backend_module
+
+    monkeypatch.setattr(http_backend_module, "SEARCHES_PER_CHECKPOINT", 40)  # 20 queries: every 2 settings
+    out = tmp_path / "out"
+    with serving(write_config(corpus, "embedded-lost", EMBEDDED)) as server, \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        backend = http_backend(server.url, mode="direct", retries=3, max_consecutive_failures=4)
+        config = write_config(corpus, "lost", backend)
+        config.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | {"workers": {
+            "backend": "dask", "n": 2, "address": cluster.scheduler_address}}, sort_keys=False))
+        server.die_after = 1 + 20 * 3 + 7  # the baseline and one batch of 2 finish; the next batch meets a dead server
+        assert cli.main([str(config), "--output-dir", str(out)]) == 3
+        err = capfd.readouterr().err
+        # The coordinator's last words; this cluster's workers log to the same stderr, as they would not elsewhere.
+        assert "rqsweep: 4 requests to SOAT at" in err and "failed in a row" in err.splitlines()[-1]
+        assert "Traceback (most recent call last)" not in err
+        tokens = list(server.accounts._sessions)
+        assert tokens and all(secret not in err for secret in [PASSWORD, *tokens])
+        (run_dir,) = (out / "lost").iterdir()
+        assert not (run_dir / "grid.parquet").exists()
+
+        server.die_after = None
+        server.start(port=int(server.url.rsplit(":", 1)[1]))
+        assert cli.main([str(config), "--resume", str(run_dir), "--output-dir", str(out), "--quiet"]) == 0
+        local = write_config(corpus, "whole", http_backend(server.url, mode="direct"))
+        assert cli.main([str(local), "--output-dir", str(out), "--quiet"]) == 0
+    (whole,) = (out / "whole").iterdir()
+    assert tables(run_dir)[0].drop("golden_sha256").equals(tables(whole)[0].drop("golden_sha256"))

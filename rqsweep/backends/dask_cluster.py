@@ -30,8 +30,9 @@ class DaskCluster:
         self.client, self._local = None, None
         try:
             if workers.address is None:
+                # Its workers print to this terminal: a task's error reaches the user once, as the run's message.
                 self._local = LocalCluster(n_workers=workers.n if workers.n > 0 else None, threads_per_worker=1,
-                                           processes=True, dashboard_address=":0")
+                                           processes=True, dashboard_address=":0", silence_logs=logging.CRITICAL)
                 self.client = Client(self._local)
             else:
                 self.client = Client(workers.address, timeout=CONNECT_SECONDS)
