@@ -186,3 +186,38 @@ def test_a_server_lost_mid_run_on_the_cluster_exits_3_without_credentials_and_re
         assert cli.main([str(local), "--output-dir", str(out), "--quiet"]) == 0
     (whole,) = (out / "whole").iterdir()
     assert tables(run_dir)[0].drop("golden_sha256").equals(tables(whole)[0].drop("golden_sha256"))
+
+
+def test_a_worker_killed_mid_chunk_changes_nothing(corpus, tmp_path):
+    import os
+    import signal
+
+    from distributed import Client, LocalCluster
+
+    embedded = write_config(corpus, "embedded-kill", EMBEDDED)
+    with serving(embedded) as server:
+        proxy = CountingProxy(server.url, delay=0.02)  # chunks last long enough to be caught running
+        try:
+            local = run_through(proxy, corpus, tmp_path, "local-kill", 1)
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                    Client(cluster) as monitor:
+                workers = {"backend": "dask", "n": 2, "address": cluster.scheduler_address}
+                outcome = {}
+                runner = threading.Thread(target=lambda: outcome.update(
+                    run_dir=run_through(proxy, corpus, tmp_path, "killed", workers)))
+                runner.start()
+                pids = monitor.run(os.getpid)
+                killed, deadline = None, time.monotonic() + 120
+                while killed is None and time.monotonic() < deadline and runner.is_alive():
+                    for address, keys in monitor.processing().items():
+                        if any("search_chunk" in str(k) for k in keys):
+                            killed = pids[address]
+                            os.kill(killed, signal.SIGKILL)
+                            break
+                    time.sleep(0.02)
+                runner.join(300)
+        finally:
+            proxy.close()
+    assert killed is not None, "no chunk was seen running"
+    (grid, queries), (want_grid, want_queries) = tables(outcome["run_dir"]), tables(local)
+    assert grid.equals(want_grid) and queries.equals(want_queries)
