@@ -61,7 +61,7 @@ class RemoteEmbedder(ABC):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed `texts` in batches of `batch_size`, one request each, `limits.max_in_flight` at a time and paced;
-        raises `EmbeddingError` (and sends no further batch)."""
+        raises `EmbeddingError` (a failed request stops the batches not sent yet)."""
         starts = range(0, len(texts), self.batch_size)
         with httpx.Client(timeout=self.timeout) as client, ThreadPoolExecutor(self.limits.max_in_flight) as pool:
             sent = [pool.submit(self._paced_post, client, list(texts[s:s + self.batch_size])) for s in starts]
