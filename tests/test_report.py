@@ -6,9 +6,11 @@ import re
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from rqsweep.errors import InputError
+from rqsweep.files import write_parquet
 from rqsweep.knobs import KNOBS
 from rqsweep.report import plots, write_report
 from rqsweep.report.recency import ranks_lost, recency_cost
@@ -268,3 +270,15 @@ def test_a_folder_without_a_grid_is_invalid_input(tmp_path):
     (tmp_path / "run.json").write_text('{"status": "complete"}')
     with pytest.raises(InputError, match="grid.parquet"):
         write_report(tmp_path)
+
+
+def test_a_run_written_before_violation_keys_and_kept_cross_validation_still_gets_a_report(tmp_path):
+    run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE, queries=QUERIES)
+    grid = pl.read_parquet(run_dir / "grid.parquet").with_columns(pl.col("violations").list.join("; "))
+    metadata = {k.decode(): v.decode() for k, v in pq.read_schema(run_dir / "grid.parquet").metadata.items()
+                if k != b"rqsweep.validation"}
+    write_parquet(run_dir / "grid.parquet", grid, metadata)  # as an older rqsweep wrote it
+    md = write_report(run_dir)[0].read_text()
+    assert "No cross-validation recorded: this run was written before rqsweep kept it" in md
+    assert "run the sweep again to have them grouped here" in md
+    assert "Best feasible setting" in md

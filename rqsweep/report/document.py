@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from rqsweep.backends.base import describe_profile
+from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS
 from rqsweep.report import plots
@@ -41,6 +42,9 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     blocks: list[Block] = [Heading("How much of the gain holds on unseen queries")]
     if cv is None:
+        if run.validation is None and read_validation(run.config.get("validation"), run.path) is not None:
+            return blocks + [Paragraph("No cross-validation recorded: this run was written before rqsweep kept it "
+                                       "in grid.parquet; run the sweep again for a held-out estimate.")]
         return blocks + [Paragraph("No cross-validation: the config turns it off (`validation: false` or "
                                    "`folds: 0`), or the golden set has fewer than two queries.")]
     others = cv.folds - 1
@@ -159,7 +163,10 @@ def _infeasible(run: RunFolder) -> list[Block]:
     count = overall.filter(~pl.col("feasible")).height
     blocks: list[Block] = [Heading("Infeasible settings"),
                            Paragraph(f"{count} of {overall.height} settings violate at least one constraint.")]
-    if count:
+    if count and run.grid.schema["violations"] != pl.List(pl.String):
+        blocks.append(Paragraph("This run was written before rqsweep kept each setting's violated constraints as "
+                                "keys: run the sweep again to have them grouped here."))
+    elif count:
         blocks.append(Table(infeasible_groups(run), note="A setting violating several constraints counts in each."))
     return blocks
 
