@@ -187,14 +187,20 @@ class Sweep:
         folds = None if self.config.validation is None else FoldSums(golden, self.golden.slices, names,
                                                                      self.config.validation)
 
+        # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
+        scoring = Progress(len(self.state.settings()), f"{self.config.name} scoring", quiet=self.progress.quiet,
+                           stream=self.progress.stream)
+
         def query_chunks() -> Iterator[pl.DataFrame]:
             for rows in self.state.chunks():
                 scored = self.scored(rows)
                 per_slice.append(metrics.slice_metrics(scored, names))
-                settings.update(settings_of(rows))
+                chunk = settings_of(rows)
+                settings.update(chunk)
                 if folds is not None:
                     folds.add(scored)
                 yield query_table(scored, golden, names, self.run_id)
+                scoring(len(chunk))
 
         queries_path = self.run_dir / "queries.parquet"
         write_parquet_groups(queries_path, query_chunks(), metadata)
