@@ -55,7 +55,7 @@ def main() -> None:
         settings = read_validation(run.config.get("validation"), run_dir)
 
         def validate():
-            sums = FoldSums(golden, run.slices[:-1], run.metrics, settings)
+            sums = FoldSums(golden, run.slices[:-1], run.metrics, settings, rows["setting_id"].n_unique())
             for chunk in chunks:
                 sums.add(chunk)
             return cross_validate(sums, lambda ids: rows.filter(pl.col("setting_id").is_in(ids)), run.baseline,

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from rqsweep.config import Constraint
 from rqsweep.golden import OVERALL
@@ -97,10 +98,13 @@ class Verdicts:
     def feasible(self) -> np.ndarray:
         return ~self.violated.any(axis=1)
 
-    def violations(self) -> list[list[str]]:
-        """Per setting, the keys it violates."""
-        keys = np.array(self.keys, dtype=object)
-        return [keys[row].tolist() for row in self.violated]
+    def violations(self) -> pl.Series:
+        """Per setting, the keys it violates: a `violations` list column, built without a Python list per setting."""
+        _, columns = np.nonzero(self.violated)  # row by row, each row's keys in key order
+        offsets = np.concatenate([[0], np.cumsum(self.violated.sum(axis=1))]).astype(np.int32)
+        keys = pa.DictionaryArray.from_arrays(pa.array(columns.astype(np.int32)), pa.array(self.keys, pa.string()))
+        return pl.Series("violations", pa.ListArray.from_arrays(pa.array(offsets), keys.cast(pa.string())),
+                         dtype=pl.List(pl.String))
 
     def rejected(self) -> dict[str, int]:
         """Key -> how many settings violate it (a setting violating several counts in each)."""

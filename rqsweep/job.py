@@ -32,7 +32,7 @@ from rqsweep.report import write_report
 from rqsweep.report.summary import summarise
 from rqsweep.results import (
     LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, new_run_folder,
-    query_table, redact, settings_of,
+    knobs_of, query_table, redact, setting_knobs,
 )
 from rqsweep.space import grid
 from rqsweep.strategy import Objective, run_grid, run_optimize
@@ -55,7 +55,7 @@ class Finished:
     and how many settings each constraint rejected."""
 
     grid: pl.DataFrame
-    settings: dict[str, Knobs]
+    settings: pl.DataFrame  # one row per setting: setting_id and its knobs, in evaluation order
     best: str | None
     rejected: dict[str, int]
     validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
@@ -183,9 +183,9 @@ class Sweep:
         names, obj = self.inputs.metrics, self.config.objective
         golden = golden_table(self.golden)
         per_slice: list[pl.DataFrame] = []
-        settings: dict[str, Knobs] = {}
+        knobs: list[pl.DataFrame] = []
         folds = None if self.config.validation is None else FoldSums(golden, self.golden.slices, names,
-                                                                     self.config.validation)
+                                                                     self.config.validation, len(self.state.settings()))
 
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
         scoring = Progress(len(self.state.settings()), f"{self.config.name} scoring", quiet=self.progress.quiet,
@@ -195,17 +195,16 @@ class Sweep:
             for rows in self.state.chunks():
                 scored = self.scored(rows)
                 per_slice.append(metrics.slice_metrics(scored, names))
-                chunk = settings_of(rows)
-                settings.update(chunk)
+                knobs.append(setting_knobs(rows))
                 if folds is not None:
                     folds.add(scored)
                 yield query_table(scored, golden, names, self.run_id)
-                scoring(len(chunk))
+                scoring(knobs[-1].height)
 
         queries_path = self.run_dir / "queries.parquet"
         write_parquet_groups(queries_path, query_chunks(), metadata)
-        slice_rows = pl.concat(per_slice)
-        means = SliceMeans.from_frame(slice_rows, list(settings), self.golden.slices, names)
+        slice_rows, settings = pl.concat(per_slice), pl.concat(knobs)
+        means = SliceMeans.from_frame(slice_rows, settings["setting_id"].to_list(), self.golden.slices, names)
         verdicts = choose_best(means, self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
                                self.golden.slices)
         stamp = {"run_id": self.run_id, "config_sha256": self.config.sha256, "golden_sha256": self.golden.sha256}
@@ -374,7 +373,8 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         done = sweep.finish(metadata)
         chosen = done.best or sweep.baseline_id
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
-        ranked = {sid: backend.ranked(done.settings[sid]) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
+        named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
+        ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
     finally:
         backend.close()
     write_parquet(run_dir / "hits.parquet", hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id),
@@ -384,7 +384,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     held_out = [] if done.validation is None else summary_lines(done.validation,
                                                                  metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
-                        inputs.metrics, done.rejected, done.settings, held_out)
+                        inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
     write_report(run_dir, finished=False)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
@@ -393,7 +393,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
         "backend": backend.name, "strategy": config.sweep.strategy, "sweep": config.sweep.source,
         "metrics": list(inputs.metrics),
-        "settings": len(done.settings),
+        "settings": done.settings.height,
         "infeasible": done.grid.filter((pl.col("slice") == OVERALL) & ~pl.col("feasible")).height,
         "objective": {"metric": config.objective.metric, "slice": config.objective.slice},
         # evaluate: the searches and their checkpoints, of which search: the backend's evaluation alone; score: the
@@ -402,7 +402,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
                             "search": round(sweep.searching, 3),
                             "score": round(scored - evaluated, 3), "report": round(time.monotonic() - scored, 3),
                             "total": round(time.monotonic() - started, 3)},
-        "best": None if done.best is None else _setting_record(done.grid, done.settings[done.best], inputs.metrics),
+        "best": None if done.best is None else _setting_record(done.grid, named[done.best], inputs.metrics),
         "baseline": _setting_record(done.grid, config.baseline, inputs.metrics),
         "validation": None if done.validation is None else done.validation.as_json(),
     })

@@ -224,33 +224,33 @@ def load_run_json(run_dir: Path) -> dict:
         raise InputError(path, "", f"not valid JSON: {exc.msg}") from None
 
 
-def settings_of(rows: pl.DataFrame) -> dict[str, Knobs]:
-    """Setting id -> knobs, from the knob columns of per-query rows, in the order the settings first appear."""
-    first = rows.select("setting_id", *KNOBS).unique("setting_id", keep="first", maintain_order=True)
-    return {r[0]: Knobs(*r[1:]) for r in first.iter_rows()}
+def setting_knobs(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per setting (setting_id and the knob columns) from per-query rows, in the order settings first
+    appear: a frame, not objects, since a run's end holds one row per setting of a million-setting grid."""
+    return rows.select("setting_id", *KNOBS).unique("setting_id", keep="first", maintain_order=True)
 
 
-def grid_table(slice_metrics: pl.DataFrame, knobs: Mapping[str, Knobs], verdicts: Verdicts, baseline_id: str,
+def knobs_of(settings: pl.DataFrame, setting_id: str) -> Knobs:
+    """The knobs of one setting of a `setting_knobs` frame."""
+    return Knobs(*settings.row(by_predicate=pl.col("setting_id") == setting_id)[1:])
+
+
+def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Verdicts, baseline_id: str,
                metric_names: Sequence[str], stamp: Mapping[str, str]) -> pl.DataFrame:
-    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `knobs`, which
-    is the order of `verdicts`' rows). `violations` lists the constraint keys a setting breaks, on each of
-    its rows (`recall_at_10[billing]:min`, `mrr[factual]:max_drop`, `incomplete`).
+    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `settings`, a
+    `setting_knobs` frame, which is the order of `verdicts`' rows). `violations` lists the constraint keys a
+    setting breaks, on each of its rows (`recall_at_10[billing]:min`, `mrr[factual]:max_drop`, `incomplete`).
 
     `stamp` holds the run-wide columns (run_id, config_sha256, golden_sha256).
     """
-    order = list(knobs)
-    columns = [k.columns() for k in knobs.values()]
-    per_setting = pl.DataFrame({
-        "setting_id": order,
-        **{name: pl.Series([c[name] for c in columns], dtype=dtype)
-           for name, dtype in (("rrf_k", pl.Int64), ("min_similarity", pl.Float64),
-                               ("recency_half_life_days", pl.Float64))},
-        "evaluation_order": pl.Series(range(len(order)), dtype=pl.Int64),
-        "feasible": pl.Series(verdicts.feasible(), dtype=pl.Boolean),
-        "violations": pl.Series(verdicts.violations(), dtype=pl.List(pl.String)),
-        "is_baseline": pl.Series([s == baseline_id for s in order], dtype=pl.Boolean),
-        "is_best": pl.Series([s == verdicts.best for s in order], dtype=pl.Boolean),
-    })
+    per_setting = settings.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("evaluation_order"),
+        pl.Series("feasible", verdicts.feasible(), dtype=pl.Boolean),
+        verdicts.violations(),
+        (pl.col("setting_id") == baseline_id).alias("is_baseline"),
+        (pl.col("setting_id") == verdicts.best).alias("is_best") if verdicts.best is not None
+        else pl.lit(False).alias("is_best"),
+    )
     grid = slice_metrics.join(per_setting, on="setting_id").with_columns(
         pl.lit(stamp["run_id"]).alias("run_id"), pl.lit(stamp["config_sha256"]).alias("config_sha256"),
         pl.lit(stamp["golden_sha256"]).alias("golden_sha256"))

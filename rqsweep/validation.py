@@ -134,7 +134,9 @@ class FoldSums:
     `queries`: one row per golden query (query_id, slice).
     """
 
-    def __init__(self, queries: pl.DataFrame, slices: Sequence[str], metrics: Sequence[str], settings: Validation):
+    def __init__(self, queries: pl.DataFrame, slices: Sequence[str], metrics: Sequence[str], settings: Validation,
+                 capacity: int):
+        """`capacity`: how many settings will be added (the arrays are made once, at that size)."""
         queries = queries.select("query_id", "slice").sort("slice", "query_id")
         self.folds = min(settings.folds, queries.height)
         self.seed, self.slices, self.metrics = settings.seed, list(slices), list(metrics)
@@ -148,33 +150,28 @@ class FoldSums:
         self.members = np.array([[c.size for c in row] for row in self._cells], dtype=np.int64).reshape(
             self.folds, len(self.slices))
         self.settings: list[str] = []
-        self._sums: list[np.ndarray] = []  # per chunk: (metrics, settings, folds, slices)
-        self._successes: list[np.ndarray] = []  # (settings, folds, slices)
-        self._failures: list[np.ndarray] = []
+        shape = (capacity, self.folds, len(self.slices))
+        self._sums = np.zeros((len(self.metrics), *shape))
+        self._successes = np.zeros(shape, np.int32)
+        self._failures = np.zeros(shape, np.int32)
 
     def add(self, rows: pl.DataFrame) -> None:
-        """Sum a chunk of scored rows (setting_id, query_id, error and a column per metric)."""
+        """Sum a chunk of scored rows (setting_id, query_id, error and a column per metric) of settings not added
+        before."""
         order = rows["setting_id"].unique(maintain_order=True).to_list()
         values, ok = _matrices(rows, order, self.query_ids, self.metrics)
-        shape = (len(order), self.folds, len(self.slices))
-        sums, successes, failures = np.zeros((len(self.metrics), *shape)), np.zeros(shape), np.zeros(shape, np.int64)
+        at = slice(len(self.settings), len(self.settings) + len(order))
         for f, row in enumerate(self._cells):
             for s, columns in enumerate(row):
-                sums[:, :, f, s] = values[:, :, columns].sum(axis=2)
-                successes[:, f, s] = ok[:, columns].sum(axis=1)
-                failures[:, f, s] = (~ok[:, columns]).sum(axis=1)
+                self._sums[:, at, f, s] = values[:, :, columns].sum(axis=2)
+                self._successes[at, f, s] = ok[:, columns].sum(axis=1)
+                self._failures[at, f, s] = (~ok[:, columns]).sum(axis=1)
         self.settings += order
-        self._sums.append(sums)
-        self._successes.append(successes)
-        self._failures.append(failures)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(metrics, settings, folds, slices) sums, (settings, folds, slices) successes and failures."""
-        if not self._sums:
-            shape = (0, self.folds, len(self.slices))
-            return np.zeros((len(self.metrics), *shape)), np.zeros(shape), np.zeros(shape, np.int64)
-        return (np.concatenate(self._sums, axis=1), np.concatenate(self._successes),
-                np.concatenate(self._failures))
+        n = len(self.settings)
+        return self._sums[:, :n], self._successes[:n], self._failures[:n]
 
 
 @dataclass(frozen=True)

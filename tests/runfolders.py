@@ -70,7 +70,7 @@ def _cross_validation(queries: pl.DataFrame, order: list[str], baseline: str, co
     if settings is None or queries.is_empty():
         return None
     golden = queries.select("query_id", "slice").unique("query_id", maintain_order=True)
-    sums = FoldSums(golden, sorted(set(golden["slice"].to_list())), DEFAULT_METRICS, settings)
+    sums = FoldSums(golden, sorted(set(golden["slice"].to_list())), DEFAULT_METRICS, settings, len(order))
     def rows_of(ids: list[str]) -> pl.DataFrame:
         present = queries.filter(pl.col("setting_id").is_in(ids))
         missing = [sid for sid in ids if sid not in set(present["setting_id"].to_list())]

@@ -18,7 +18,7 @@ from rqsweep.inputs import load_inputs
 from rqsweep.job import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
-from rqsweep.results import LocalRunState, golden_table, grid_table, query_table, settings_of
+from rqsweep.results import LocalRunState, golden_table, grid_table, query_table, setting_knobs
 from rqsweep.validation import FoldSums, cross_validate
 from tests.minijob import QUERIES, write_job
 
@@ -99,9 +99,9 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
     reference_rows = _superseded(pl.concat(parts))
     scored = sweep.scored(reference_rows)
     per_slice = metrics.slice_metrics(scored, names)
-    knobs = settings_of(reference_rows)
-    verdicts = choose_best(SliceMeans.from_frame(per_slice, list(knobs), inputs.golden.slices, names),
-                           config.baseline.id, objective, config.constraints, inputs.golden.slices)
+    knobs = setting_knobs(reference_rows)
+    means = SliceMeans.from_frame(per_slice, knobs["setting_id"].to_list(), inputs.golden.slices, names)
+    verdicts = choose_best(means, config.baseline.id, objective, config.constraints, inputs.golden.slices)
     stamp = {"run_id": "r1", "config_sha256": config.sha256, "golden_sha256": inputs.golden.sha256}
     grid = grid_table(per_slice, knobs, verdicts, config.baseline.id, names, stamp)
     queries = query_table(scored, golden_table(inputs.golden), names, "r1")
@@ -111,9 +111,10 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
     assert written.equals(queries)
     assert pq.read_schema(run_dir / "queries.parquet").metadata[b"rqsweep.test"] == b"1"
     assert streamed.best == verdicts.best and streamed.rejected == verdicts.rejected()
-    assert list(streamed.settings) == list(knobs)
+    assert streamed.settings.equals(knobs)
 
-    folds = FoldSums(golden_table(inputs.golden), inputs.golden.slices, names, config.validation)
+    folds = FoldSums(golden_table(inputs.golden), inputs.golden.slices, names, config.validation,
+                     len(knobs))
     folds.add(scored)
     whole = cross_validate(folds, lambda ids: scored.filter(pl.col("setting_id").is_in(ids)), config.baseline.id,
                            objective, config.constraints)

@@ -36,7 +36,8 @@ def per_query(queries: pl.DataFrame, values: dict[str, dict[str, dict[str, float
 def validate(rows: pl.DataFrame, order: list[str], baseline: str, objective: tuple[str, str], constraints,
              slices: list[str], metrics: list[str], settings: Validation):
     """Cross-validation as a run's end does it: fold sums gathered from the rows, the folds' choices read back."""
-    sums = FoldSums(rows.select("query_id", "slice").unique("query_id"), slices, metrics, settings)
+    sums = FoldSums(rows.select("query_id", "slice").unique("query_id"), slices, metrics, settings,
+                    rows["setting_id"].n_unique())
     for _, chunk in rows.group_by("setting_id", maintain_order=True):  # a setting at a time, as a run's parts
         sums.add(chunk)
     assert sums.settings == order
