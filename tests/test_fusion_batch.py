@@ -12,7 +12,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
-                                  reciprocal_rank_fusion, similarity_floor)
+                                  reciprocal_rank_fusion, similarity_floor, stack_plans, stacked_positions)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
@@ -45,8 +45,8 @@ FLOORS = [None, 0.0, 0.25, 0.5, 0.8, 0.8125, 0.85, 1.0]
 
 
 @st.composite
-def scenario(draw):
-    limit = draw(st.integers(1, 6))
+def query_case(draw, limit):
+    """One query's candidates (each channel up to `limit` per store), memory ages and expected keys."""
     n_docs, n_mems = draw(st.integers(0, 12)), draw(st.integers(0, 8))
     doc_rows, mem_rows = list(range(n_docs)), list(range(n_mems))
 
@@ -64,17 +64,28 @@ def scenario(draw):
     doc_keys = [set(("document", r) for r in doc_rows if r % 3 == k) for k in range(3)]
     groups = [g for g in doc_keys if g] + [{("memory", r)} for r in mem_rows]
     chosen = draw(st.lists(st.sampled_from(groups), min_size=1, max_size=3)) if groups else [set()]
+    return cands, ages, chosen
+
+
+@st.composite
+def knob_lists(draw):
     # The fast path tabulates only the V prefixes the batch's floors keep: batches without a floor, with one
     # floor for all, and with a mix.
     floors = draw(st.sampled_from(["none", "single", "mixed"]))
     floor = {"none": st.none(), "single": st.just(draw(st.sampled_from(FLOORS))), "mixed": st.sampled_from(FLOORS)}
-    knobs = draw(st.lists(st.builds(
+    return draw(st.lists(st.builds(
         Knobs,
         rrf_k=st.sampled_from([1, 2, 5, 20, 60, 61, 1000]),
         min_similarity=floor[floors],
         recency_half_life_days=st.sampled_from([0.0, 0.1, 1.0, 7.0, 30.0, 365.0]),
     ), min_size=1, max_size=20))
-    return cands, limit, ages, chosen, knobs
+
+
+@st.composite
+def scenario(draw):
+    limit = draw(st.integers(1, 6))
+    cands, ages, chosen = draw(query_case(limit))
+    return cands, limit, ages, chosen, draw(knob_lists())
 
 
 @hsettings(max_examples=600, deadline=None)
@@ -223,3 +234,19 @@ def test_tie_sensitive_counts_a_memory_a_later_search_would_rank_lower():
     assert _memory_lead_case(10 / 86_400) == ([[1], [1]], [True, False])
     # Ahead by an hour of age (2.9e-2): the minute changes nothing; without the blend nothing decays.
     assert _memory_lead_case(1 / 24) == ([[1], [1]], [False, False])
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
+    st.just(limit), st.lists(query_case(limit), min_size=1, max_size=4), knob_lists())))
+def test_stacked_fast_path_equals_reference(case):
+    """Every query of a stack at once, each (floor, rrf_k) ranked by the contest of its undecided items."""
+    limit, queries, knobs = case
+    plans = [plan_query(cands, groups, ages) for cands, ages, groups in queries]
+    found = stacked_positions(stack_plans(plans), SettingsBatch.from_knobs(knobs), limit)
+    width = max(len(groups) for _, _, groups in queries)
+    assert found.shape == (len(knobs), len(queries), width)
+    for s, k in enumerate(knobs):
+        for q, (cands, ages, groups) in enumerate(queries):
+            reference = positions_from_reference(cands, k, limit, ages, groups)
+            assert found[s, q].tolist() == reference + [0] * (width - len(groups)), (k, q)

@@ -78,6 +78,11 @@ class QueryPlan:
     groups: tuple[np.ndarray, ...]  # per expected key, the items that count as a hit for it
     decayed: np.ndarray  # memories the blend decays (`recency.decays`): undecayed items win equal scores
 
+    @property
+    def expected_in_candidates(self) -> bool:
+        """Whether some expected item is a candidate: otherwise every key is absent under every setting."""
+        return any(len(g) for g in self.groups)
+
     def searched_later(self, delay_days: float) -> "QueryPlan":
         """The same candidates searched `delay_days` later: every memory is that much older."""
         age = self.age_days + delay_days
@@ -203,13 +208,156 @@ def cut_to_limit(plan: QueryPlan, rank: np.ndarray, targets: np.ndarray, limit: 
 
 def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> np.ndarray:
     """(settings, expected keys) int64: 1-based position of each key's first slot in the cut list, 0 if absent."""
-    if len(plan.v_pos) == 0 or not any(len(g) for g in plan.groups):
+    if not plan.expected_in_candidates:
         return np.zeros((len(settings), len(plan.groups)), dtype=np.int64)
     kept = similarity_floor(plan, settings)
     fused = reciprocal_rank_fusion(plan, settings.distinct_rrf_k, np.unique(kept))
     targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
     rank = recency_blend(plan, settings, fused, fused.rows(settings.k_index, kept), targets)
     return cut_to_limit(plan, rank, targets, limit)
+
+
+@dataclass(frozen=True)
+class PlanStack:
+    """Many queries' plans as arrays with one row per (query, target item), built once per golden set.
+
+    `stacked_positions` then ranks every query's targets in the fused order with a few array operations per
+    batch, where `expected_positions` pays Python work per query. Row r is the target `item[r]` of its query
+    (a candidate some expected key counts); items are padded with 0 to the widest query (in neither list).
+    """
+
+    plans: tuple[QueryPlan, ...]
+    v_pos: np.ndarray  # (rows, items): the V positions of the row's query's items, 0 when not in V
+    l_pos: np.ndarray  # (rows, items): likewise in L
+    item: np.ndarray  # (rows,) the target's column
+    query: np.ndarray  # (rows,) the target's query
+    v_similarity: np.ndarray  # (queries, longest V): V's similarities, NaN after the end (no floor keeps it)
+    member_rows: np.ndarray  # the rows of each (query, key) with a target, one run per key, keys in slot order
+    key_starts: np.ndarray  # where each such key's run starts in `member_rows`
+    key_slots: np.ndarray  # each such key's slot in a flattened (queries, width) output
+    width: int  # the most expected keys of any query
+
+
+def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
+    """Stack queries' plans for `stacked_positions`."""
+    items = max((len(p.v_pos) for p in plans), default=0)
+    longest_v = max((len(p.v_similarity) for p in plans), default=0)
+    width = max((len(p.groups) for p in plans), default=1)
+    v_pos, l_pos, item, query = [], [], [], []
+    member_rows, key_starts, key_slots = [], [], []
+    v_similarity = np.full((len(plans), longest_v), np.nan)
+    for q, plan in enumerate(plans):
+        v_similarity[q, : len(plan.v_similarity)] = plan.v_similarity
+        if not plan.expected_in_candidates:
+            continue
+        targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
+        first_row = len(item)
+        for t in targets.tolist():
+            v_pos.append(np.pad(plan.v_pos, (0, items - len(plan.v_pos))))
+            l_pos.append(np.pad(plan.l_pos, (0, items - len(plan.l_pos))))
+            item.append(t)
+            query.append(q)
+        for g, group in enumerate(plan.groups):
+            if len(group):
+                key_starts.append(len(member_rows))
+                key_slots.append(q * width + g)
+                member_rows.extend(first_row + np.searchsorted(targets, group))
+    shape = (len(item), items)
+    return PlanStack(tuple(plans), np.array(v_pos, np.int64).reshape(shape), np.array(l_pos, np.int64).reshape(shape),
+                     np.array(item, np.int64), np.array(query, np.int64), v_similarity,
+                     np.array(member_rows, np.int64), np.array(key_starts, np.int64), np.array(key_slots, np.int64),
+                     width)
+
+
+_NOT_LISTED = np.int64(1 << 40)  # the position of an item not in a list: after every listed one
+
+
+@dataclass(frozen=True)
+class _Contest:
+    """Under one similarity floor, what each target's fused rank depends on besides rrf_k.
+
+    An item in the kept V and in L at or before the target's positions in both (a position past the end for a
+    list it is not in) scores at least the target's for every rrf_k (1/(rrf_k + r) and the sum are rounded
+    monotonically) and came first: it is always ahead; one at or after them in both is never ahead. Only items
+    better in one list and worse in the other (`undecided`, flattened row by row) are compared per rrf_k.
+    """
+
+    present: np.ndarray  # (rows,) the target is in the kept V or in L
+    always_ahead: np.ndarray  # (rows,)
+    target_v: np.ndarray  # (rows,) the target's kept V position, 0 when not in the kept V
+    target_l: np.ndarray  # (rows,)
+    row: np.ndarray  # (undecided,) the row each undecided item contests
+    v_pos: np.ndarray  # (undecided,) its kept V position, 0 when not in the kept V
+    l_pos: np.ndarray  # (undecided,)
+    came_first: np.ndarray  # (undecided,) it came before the target in first-insertion order (wins a tie)
+    bounds: np.ndarray  # (rows + 1,) where each row's run starts in the flattened arrays
+
+
+def _contest(stack: PlanStack, kept: np.ndarray) -> _Contest:
+    """The `_Contest` of each target when each query keeps `kept[query]` of its V candidates."""
+    in_v = (stack.v_pos > 0) & (stack.v_pos <= kept[stack.query, None])
+    v = np.where(in_v, stack.v_pos, _NOT_LISTED)
+    l = np.where(stack.l_pos > 0, stack.l_pos, _NOT_LISTED)
+    rows = np.arange(len(stack.item))
+    vt, lt = v[rows, stack.item][:, None], l[rows, stack.item][:, None]
+    listed = (v < _NOT_LISTED) | (l < _NOT_LISTED)
+    present = listed[rows, stack.item]
+    always_ahead = (listed & (v <= vt) & (l <= lt)).sum(axis=1) - present  # less the target itself
+    row, column = np.nonzero(listed & (((v < vt) & (l > lt)) | ((v > vt) & (l < lt))))
+    insertion = np.where(in_v, stack.v_pos, stack.v_pos.shape[1] + 1 + stack.l_pos)  # V first, then lexical-only
+    came_first = insertion[row, column] < insertion[row, stack.item[row]]
+    bounds = np.searchsorted(row, np.arange(len(stack.item) + 1))
+    return _Contest(present, always_ahead, np.where(in_v, stack.v_pos, 0)[rows, stack.item],
+                    stack.l_pos[rows, stack.item], row, np.where(in_v, stack.v_pos, 0)[row, column],
+                    stack.l_pos[row, column], came_first, bounds)
+
+
+def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.ndarray:
+    """(rrf_k values, rows) 1-based position of each row's target in its query's fused order, 0 when absent."""
+    positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
+    reciprocal = 1.0 / (rrf_k.astype(np.float64)[:, None] + np.arange(positions))  # 1/(rrf_k + r), SOAT's arithmetic
+    reciprocal[:, 0] = 0.0  # not in the list: no term
+    target = np.take(reciprocal, contest.target_v, axis=1) + np.take(reciprocal, contest.target_l, axis=1)
+    score = np.take(reciprocal, contest.v_pos, axis=1) + np.take(reciprocal, contest.l_pos, axis=1)
+    against = target[:, contest.row]
+    ahead = np.zeros((len(rrf_k), len(contest.row) + 1), np.int64)
+    np.cumsum((score > against) | ((score == against) & contest.came_first), axis=1, out=ahead[:, 1:])
+    won = ahead[:, contest.bounds[1:]] - ahead[:, contest.bounds[:-1]]
+    return np.where(contest.present, contest.always_ahead + won + 1, 0)
+
+
+def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
+    """(settings, queries, width) int64: `expected_positions` of every stacked query, keys padded with 0.
+
+    Each distinct (floor, rrf_k) pair is ranked once over every query at once; a setting whose blend can
+    reorder a query (half-life > 0 and a decayed memory among its candidates) is ranked by `expected_positions`
+    for that query.
+    """
+    floors, floor_index = np.unique(settings.floor, return_inverse=True)
+    n_ks = len(settings.distinct_rrf_k)
+    pairs, pair_of = np.unique(floor_index * n_ks + settings.k_index, return_inverse=True)  # grouped by floor
+    kept_by_floor = (stack.v_similarity[None] >= floors[:, None, None]).sum(axis=-1)  # (floors, queries)
+    n_queries = len(stack.plans)
+    found = np.zeros((len(pairs), n_queries * stack.width), np.int64)
+    for f in np.unique(pairs // n_ks).tolist():
+        contest = _contest(stack, kept_by_floor[f])
+        in_floor = np.flatnonzero(pairs // n_ks == f)
+        step = max(1, (1 << 20) // max(1, len(contest.row), len(stack.item)))  # bounded work arrays
+        for start in range(0, len(in_floor), step):
+            part = in_floor[start : start + step]
+            rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[pairs[part] % n_ks])
+            rank[rank > limit] = 0
+            if len(stack.key_starts):
+                member = rank[:, stack.member_rows]
+                first = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts, axis=1)
+                found[np.ix_(part, stack.key_slots)] = first % _ABSENT
+    out = found[pair_of.ravel()].reshape(len(settings), n_queries, stack.width)
+    blended = np.flatnonzero(settings.half_life > 0)
+    if len(blended):
+        for q, plan in enumerate(stack.plans):
+            if plan.decayed.any() and plan.expected_in_candidates:
+                out[blended, q, : len(plan.groups)] = expected_positions(plan, settings[blended], limit)
+    return out
 
 
 def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int, positions: np.ndarray,
