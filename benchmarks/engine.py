@@ -50,7 +50,8 @@ def settings_grid(n: int, seed: int = 0) -> list[Knobs]:
     return pool[:n]
 
 
-def synthetic_corpus(n_chunks: int, n_memories: int, seed: int = 1) -> tuple[Corpus, list[tuple[str, str]]]:
+def synthetic_corpus(n_chunks: int, n_memories: int, seed: int = 1,
+                     n_queries: int = 1000) -> tuple[Corpus, list[tuple[str, str]]]:
     """Zipf-distributed words plus identifiers; queries ask for words of one document (so they match)."""
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(20_000)]
@@ -69,7 +70,7 @@ def synthetic_corpus(n_chunks: int, n_memories: int, seed: int = 1) -> tuple[Cor
     mems = [Memory(f"mem-{i}", text(12), age_days=rng.choice([0.0, 1.0, 7.0, 30.0, 400.0]))
             for i in range(n_memories)]
     queries, pool = [], docs + mems
-    for _ in range(1000):
+    for _ in range(n_queries):
         target = rng.choice(pool)
         words = target.content.split()
         picked = rng.sample(words, min(2, len(words)))
