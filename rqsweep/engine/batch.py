@@ -315,15 +315,17 @@ def _contest(stack: PlanStack, kept: np.ndarray) -> _Contest:
 def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.ndarray:
     """(rrf_k values, rows) 1-based position of each row's target in its query's fused order, 0 when absent."""
     positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
-    reciprocal = 1.0 / (rrf_k.astype(np.float64)[:, None] + np.arange(positions))  # 1/(rrf_k + r), SOAT's arithmetic
-    reciprocal[:, 0] = 0.0  # not in the list: no term
-    target = np.take(reciprocal, contest.target_v, axis=1) + np.take(reciprocal, contest.target_l, axis=1)
-    score = np.take(reciprocal, contest.v_pos, axis=1) + np.take(reciprocal, contest.l_pos, axis=1)
-    against = target[:, contest.row]
-    ahead = np.zeros((len(rrf_k), len(contest.row) + 1), np.int64)
-    np.cumsum((score > against) | ((score == against) & contest.came_first), axis=1, out=ahead[:, 1:])
-    won = ahead[:, contest.bounds[1:]] - ahead[:, contest.bounds[:-1]]
-    return np.where(contest.present, contest.always_ahead + won + 1, 0)
+    # (position, rrf_k) so that gathering positions copies whole rows.
+    reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
+    reciprocal[0] = 0.0  # not in the list: no term
+    target = reciprocal[contest.target_v] + reciprocal[contest.target_l]
+    # An item that came first is ahead on an equal score too: it needs more than the float just below the target's.
+    bars = np.stack([target, np.nextafter(target, -np.inf)], axis=1).reshape(-1, len(rrf_k))
+    ahead = np.zeros((len(contest.row) + 1, len(rrf_k)), np.int32)
+    np.cumsum(reciprocal[contest.v_pos] + reciprocal[contest.l_pos] > bars[2 * contest.row + contest.came_first],
+              axis=0, out=ahead[1:])
+    won = ahead[contest.bounds[1:]] - ahead[contest.bounds[:-1]]
+    return np.where(contest.present[:, None], contest.always_ahead[:, None] + won + 1, 0).T
 
 
 def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
