@@ -15,7 +15,8 @@ from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.batch import QueryPlan, SettingsBatch, delay_changes_positions, expected_positions, plan_query
+from rqsweep.engine.batch import (QueryPlan, SettingsBatch, delay_changes_positions, plan_query, stack_plans,
+                                  stacked_positions)
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder,
                                   RemoteEmbedder)
@@ -55,19 +56,15 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
 
 
 def _score(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int) -> Scored:
-    """(settings, queries, keys) positions and (settings, queries) tie sensitivity.
+    """(settings, queries, keys) positions and (settings, queries) tie sensitivity, every query at once.
 
     Small integer types: results travel back from worker processes, and limit <= 100.
     """
-    width = max((len(p.groups) for p in plans), default=1)
-    positions = np.zeros((len(batch), len(plans), width), np.int16)
-    tie = np.zeros((len(batch), len(plans)), bool)
-    for q, (plan, alternate) in enumerate(zip(plans, alternates)):
-        found = expected_positions(plan, batch, limit)
-        positions[:, q, : found.shape[1]] = found
-        tie[:, q] = (expected_positions(alternate, batch, limit) != found).any(axis=1)
-        tie[:, q] |= delay_changes_positions(plan, batch, limit, found, SEARCH_DELAY_DAYS)
-    return positions, tie
+    found = stacked_positions(stack_plans(plans), batch, limit)
+    tie = (stacked_positions(stack_plans(alternates), batch, limit) != found).any(axis=2)
+    for q, plan in enumerate(plans):
+        tie[:, q] |= delay_changes_positions(plan, batch, limit, found[:, q, : len(plan.groups)], SEARCH_DELAY_DAYS)
+    return found.astype(np.int16), tie
 
 
 def score_in_processes(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int,
