@@ -12,39 +12,21 @@ pass over the rrf_k grid: numba compiles what it first meets), `warm` (median of
 `--analysis` also writes, per (rrf_k, query), ranx's own metric values and where each expected key first
 appears in ranx's fused order and in SOAT's (fused score descending, ties in first-insertion order).
 
-The file imports only the standard library at module level: versus_ranx.py reuses `timed_passes`.
+Timing is benchmarks/timing.py's, as on the fast path's side.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
+import sys
 import time
-from typing import Callable
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parent))  # appended: benchmarks/dask.py must not hide a package
+from timing import timed_passes  # noqa: E402
 
 METRICS = ("recall@5", "recall@10", "mrr@10")  # SOAT cuts to limit 10 before scoring: MRR@10 is its MRR
-
-
-def timed_passes(one_pass: Callable[[], object], min_seconds: float, timings: int) -> dict:
-    """Seconds per pass: the first call alone, then the median of `timings` timings, each of enough passes
-    to last `min_seconds` (a short pass is timed over many repeats; the second call, which sizes them, is the
-    first timing when it lasts that long alone)."""
-    started = time.perf_counter()
-    one_pass()
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    one_pass()
-    second = time.perf_counter() - started
-    repeats = max(1, math.ceil(min_seconds / max(second, 1e-9)))
-    per_pass = [second] if repeats == 1 else []
-    while len(per_pass) < timings:
-        started = time.perf_counter()
-        for _ in range(repeats):
-            one_pass()
-        per_pass.append((time.perf_counter() - started) / repeats)
-    return {"first": first, "warm": statistics.median(per_pass), "warm_all": per_pass, "repeats": repeats}
 
 
 def first_slots(order: list[str], groups: list[set[str]], limit: int) -> list[int]:

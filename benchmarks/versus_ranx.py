@@ -38,11 +38,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))
 
-from ranx_side import METRICS as RANX_METRICS, timed_passes  # noqa: E402
+from ranx_side import METRICS as RANX_METRICS  # noqa: E402
 from rqsweep import metrics  # noqa: E402
 from rqsweep.engine.batch import SettingsBatch, plan_query, stack_plans, stacked_positions  # noqa: E402
 from rqsweep.engine.channels import Candidate, Candidates  # noqa: E402
 from rqsweep.knobs import Knobs  # noqa: E402
+from timing import timed_passes  # noqa: E402
 
 RANX_VERSION = "0.3.21"
 METRICS = ("recall_at_5", "recall_at_10", "mrr")  # the same order as ranx_side.METRICS
@@ -220,7 +221,7 @@ def main() -> None:
     ap.add_argument("--timings", type=int, default=3, help="timings per measurement (median)")
     ap.add_argument("--min-seconds", type=float, default=0.5, help="least duration of one timing")
     ap.add_argument("--synthetic-chunks", type=int, default=10_000)
-    ap.add_argument("--synthetic-queries", type=int, default=300)
+    ap.add_argument("--synthetic-queries", type=int, default=200)
     ap.add_argument("--fast-path-side", help=argparse.SUPPRESS)
     ap.add_argument("--method", choices=("fuse", "optimize"), help=argparse.SUPPRESS)
     ap.add_argument("--grid", type=int, help=argparse.SUPPRESS)
