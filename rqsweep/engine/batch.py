@@ -221,17 +221,19 @@ def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> 
 class PlanStack:
     """Many queries' plans as arrays with one row per (query, target item), built once per golden set.
 
-    `stacked_positions` then ranks every query's targets in the fused order with a few array operations per
-    batch, where `expected_positions` pays Python work per query. Row r is the target `item[r]` of its query
-    (a candidate some expected key counts); items are padded with 0 to the widest query (in neither list).
+    `stacked_positions` then ranks every query's targets with a few array operations per batch, where
+    `expected_positions` pays Python work per query. Row r is the target `item[r]` of its query (a candidate
+    some expected key counts); items are padded with 0 to the widest query (in neither list).
     """
 
     plans: tuple[QueryPlan, ...]
     v_pos: np.ndarray  # (rows, items): the V positions of the row's query's items, 0 when not in V
     l_pos: np.ndarray  # (rows, items): likewise in L
+    decayed: np.ndarray  # (rows, items): a memory the blend decays (`recency.decays`)
     item: np.ndarray  # (rows,) the target's column
     query: np.ndarray  # (rows,) the target's query
     v_similarity: np.ndarray  # (queries, longest V): V's similarities, NaN after the end (no floor keeps it)
+    aged: np.ndarray  # (queries,) some decayed candidate is older than 0 days: the blend changes its score
     member_rows: np.ndarray  # the rows of each (query, key) with a target, one run per key, keys in slot order
     key_starts: np.ndarray  # where each such key's run starts in `member_rows`
     key_slots: np.ndarray  # each such key's slot in a flattened (queries, width) output
@@ -243,7 +245,7 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
     items = max((len(p.v_pos) for p in plans), default=0)
     longest_v = max((len(p.v_similarity) for p in plans), default=0)
     width = max((len(p.groups) for p in plans), default=1)
-    v_pos, l_pos, item, query = [], [], [], []
+    v_pos, l_pos, decayed, item, query = [], [], [], [], []
     member_rows, key_starts, key_slots = [], [], []
     v_similarity = np.full((len(plans), longest_v), np.nan)
     for q, plan in enumerate(plans):
@@ -255,6 +257,7 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
         for t in targets.tolist():
             v_pos.append(np.pad(plan.v_pos, (0, items - len(plan.v_pos))))
             l_pos.append(np.pad(plan.l_pos, (0, items - len(plan.l_pos))))
+            decayed.append(np.pad(plan.decayed, (0, items - len(plan.decayed))))
             item.append(t)
             query.append(q)
         for g, group in enumerate(plan.groups):
@@ -263,10 +266,11 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
                 key_slots.append(q * width + g)
                 member_rows.extend(first_row + np.searchsorted(targets, group))
     shape = (len(item), items)
+    aged = np.array([(p.age_days[p.decayed] > 0).any() for p in plans], bool)
     return PlanStack(tuple(plans), np.array(v_pos, np.int64).reshape(shape), np.array(l_pos, np.int64).reshape(shape),
-                     np.array(item, np.int64), np.array(query, np.int64), v_similarity,
-                     np.array(member_rows, np.int64), np.array(key_starts, np.int64), np.array(key_slots, np.int64),
-                     width)
+                     np.array(decayed, bool).reshape(shape), np.array(item, np.int64), np.array(query, np.int64),
+                     v_similarity, aged, np.array(member_rows, np.int64), np.array(key_starts, np.int64),
+                     np.array(key_slots, np.int64), width)
 
 
 _NOT_LISTED = np.int64(1 << 40)  # the position of an item not in a list: after every listed one
@@ -274,12 +278,13 @@ _NOT_LISTED = np.int64(1 << 40)  # the position of an item not in a list: after 
 
 @dataclass(frozen=True)
 class _Contest:
-    """Under one similarity floor, what each target's fused rank depends on besides rrf_k.
+    """Under one similarity floor, with the blend on or off, what each target's rank depends on besides rrf_k.
 
     An item in the kept V and in L at or before the target's positions in both (a position past the end for a
     list it is not in) scores at least the target's for every rrf_k (1/(rrf_k + r) and the sum are rounded
-    monotonically) and came first: it is always ahead; one at or after them in both is never ahead. Only items
-    better in one list and worse in the other (`undecided`, flattened row by row) are compared per rrf_k.
+    monotonically): when it also wins a tie it is always ahead; one at or after them in both that loses a tie is
+    never ahead. The others (`undecided`, flattened row by row) are compared per rrf_k. A tie is won by coming
+    first (V in V order, then lexical-only items in L order) and, with the blend on, first by being undecayed.
     """
 
     present: np.ndarray  # (rows,) the target is in the kept V or in L
@@ -289,40 +294,50 @@ class _Contest:
     row: np.ndarray  # (undecided,) the row each undecided item contests
     v_pos: np.ndarray  # (undecided,) its kept V position, 0 when not in the kept V
     l_pos: np.ndarray  # (undecided,)
-    came_first: np.ndarray  # (undecided,) it came before the target in first-insertion order (wins a tie)
+    wins_tie: np.ndarray  # (undecided,) it goes before the target on an equal score
     bounds: np.ndarray  # (rows + 1,) where each row's run starts in the flattened arrays
 
 
-def _contest(stack: PlanStack, kept: np.ndarray) -> _Contest:
-    """The `_Contest` of each target when each query keeps `kept[query]` of its V candidates."""
+def _contest(stack: PlanStack, kept: np.ndarray, blend: bool) -> _Contest:
+    """The `_Contest` of each target when each query keeps `kept[query]` of its V candidates.
+
+    With `blend`, every decayed candidate's factor is 1 (the caller's promise: an age of 0 days), so blended
+    scores are the fused scores and the blend only reorders ties.
+    """
     in_v = (stack.v_pos > 0) & (stack.v_pos <= kept[stack.query, None])
     v = np.where(in_v, stack.v_pos, _NOT_LISTED)
     l = np.where(stack.l_pos > 0, stack.l_pos, _NOT_LISTED)
     rows = np.arange(len(stack.item))
     vt, lt = v[rows, stack.item][:, None], l[rows, stack.item][:, None]
     listed = (v < _NOT_LISTED) | (l < _NOT_LISTED)
-    present = listed[rows, stack.item]
-    always_ahead = (listed & (v <= vt) & (l <= lt)).sum(axis=1) - present  # less the target itself
-    row, column = np.nonzero(listed & (((v < vt) & (l > lt)) | ((v > vt) & (l < lt))))
+    listed[rows, stack.item] = False  # the target itself
+    present = (vt[:, 0] < _NOT_LISTED) | (lt[:, 0] < _NOT_LISTED)
     insertion = np.where(in_v, stack.v_pos, stack.v_pos.shape[1] + 1 + stack.l_pos)  # V first, then lexical-only
-    came_first = insertion[row, column] < insertion[row, stack.item[row]]
+    wins_tie = insertion < insertion[rows, stack.item][:, None]
+    if blend:
+        decayed, target_decayed = stack.decayed, stack.decayed[rows, stack.item][:, None]
+        wins_tie = (decayed < target_decayed) | ((decayed == target_decayed) & wins_tie)
+    at_least = (v <= vt) & (l <= lt)
+    at_most = (v >= vt) & (l >= lt)
+    always_ahead = (listed & at_least & wins_tie).sum(axis=1)
+    row, column = np.nonzero(listed & ~(at_least & wins_tie) & ~(at_most & ~wins_tie))
     bounds = np.searchsorted(row, np.arange(len(stack.item) + 1))
     return _Contest(present, always_ahead, np.where(in_v, stack.v_pos, 0)[rows, stack.item],
                     stack.l_pos[rows, stack.item], row, np.where(in_v, stack.v_pos, 0)[row, column],
-                    stack.l_pos[row, column], came_first, bounds)
+                    stack.l_pos[row, column], wins_tie[row, column], bounds)
 
 
 def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.ndarray:
-    """(rrf_k values, rows) 1-based position of each row's target in its query's fused order, 0 when absent."""
+    """(rrf_k values, rows) 1-based position of each row's target in its query's order, 0 when absent."""
     positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
     # (position, rrf_k) so that gathering positions copies whole rows.
     reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
     reciprocal[0] = 0.0  # not in the list: no term
     target = reciprocal[contest.target_v] + reciprocal[contest.target_l]
-    # An item that came first is ahead on an equal score too: it needs more than the float just below the target's.
+    # An item that wins a tie is ahead on an equal score too: it needs more than the float just below the target's.
     bars = np.stack([target, np.nextafter(target, -np.inf)], axis=1).reshape(-1, len(rrf_k))
     ahead = np.zeros((len(contest.row) + 1, len(rrf_k)), np.int32)
-    np.cumsum(reciprocal[contest.v_pos] + reciprocal[contest.l_pos] > bars[2 * contest.row + contest.came_first],
+    np.cumsum(reciprocal[contest.v_pos] + reciprocal[contest.l_pos] > bars[2 * contest.row + contest.wins_tie],
               axis=0, out=ahead[1:])
     won = ahead[contest.bounds[1:]] - ahead[contest.bounds[:-1]]
     return np.where(contest.present[:, None], contest.always_ahead[:, None] + won + 1, 0).T
@@ -331,33 +346,35 @@ def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.n
 def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
     """(settings, queries, width) int64: `expected_positions` of every stacked query, keys padded with 0.
 
-    Each distinct (floor, rrf_k) pair is ranked once over every query at once; a setting whose blend can
-    reorder a query (half-life > 0 and a decayed memory among its candidates) is ranked by `expected_positions`
-    for that query.
+    Each distinct (blend on, floor, rrf_k) is ranked once over every query at once. Where the blend changes
+    scores (half-life > 0 and a decayed memory older than 0 days among the query's candidates), the query's
+    blended settings are ranked by `expected_positions`.
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
-    n_ks = len(settings.distinct_rrf_k)
-    pairs, pair_of = np.unique(floor_index * n_ks + settings.k_index, return_inverse=True)  # grouped by floor
+    n_ks, blend = len(settings.distinct_rrf_k), settings.half_life > 0
+    groups = (blend * len(floors) + floor_index) * n_ks  # by blend, then floor: one contest each
+    codes, code_of = np.unique(groups + settings.k_index, return_inverse=True)
     kept_by_floor = (stack.v_similarity[None] >= floors[:, None, None]).sum(axis=-1)  # (floors, queries)
     n_queries = len(stack.plans)
-    found = np.zeros((len(pairs), n_queries * stack.width), np.int64)
-    for f in np.unique(pairs // n_ks).tolist():
-        contest = _contest(stack, kept_by_floor[f])
-        in_floor = np.flatnonzero(pairs // n_ks == f)
+    found = np.zeros((len(codes), n_queries * stack.width), np.int64)
+    for group in np.unique(codes // n_ks).tolist():
+        contest = _contest(stack, kept_by_floor[group % len(floors)], group >= len(floors))
+        in_group = np.flatnonzero(codes // n_ks == group)
         step = max(1, (1 << 20) // max(1, len(contest.row), len(stack.item)))  # bounded work arrays
-        for start in range(0, len(in_floor), step):
-            part = in_floor[start : start + step]
-            rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[pairs[part] % n_ks])
+        for start in range(0, len(in_group), step):
+            part = in_group[start : start + step]
+            rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[codes[part] % n_ks])
             rank[rank > limit] = 0
             if len(stack.key_starts):
                 member = rank[:, stack.member_rows]
                 first = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts, axis=1)
                 found[np.ix_(part, stack.key_slots)] = first % _ABSENT
-    out = found[pair_of.ravel()].reshape(len(settings), n_queries, stack.width)
-    blended = np.flatnonzero(settings.half_life > 0)
+    out = found[code_of.ravel()].reshape(len(settings), n_queries, stack.width)
+    blended = np.flatnonzero(blend)
     if len(blended):
-        for q, plan in enumerate(stack.plans):
-            if plan.decayed.any() and plan.expected_in_candidates:
+        for q in np.flatnonzero(stack.aged).tolist():
+            plan = stack.plans[q]
+            if plan.expected_in_candidates:
                 out[blended, q, : len(plan.groups)] = expected_positions(plan, settings[blended], limit)
     return out
 
