@@ -352,7 +352,8 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
     n_ks, blend = len(settings.distinct_rrf_k), settings.half_life > 0
-    groups = (blend * len(floors) + floor_index) * n_ks  # by blend, then floor: one contest each
+    # By blend, then floor: one contest each (the blend's own only if some query keeps its scores under it).
+    groups = ((blend & ~stack.aged.all()) * len(floors) + floor_index) * n_ks
     codes, code_of = np.unique(groups + settings.k_index, return_inverse=True)
     kept_by_floor = (stack.v_similarity[None] >= floors[:, None, None]).sum(axis=-1)  # (floors, queries)
     n_queries = len(stack.plans)
@@ -371,11 +372,12 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
                 found[np.ix_(part, stack.key_slots)] = first % _ABSENT
     out = found[code_of.ravel()].reshape(len(settings), n_queries, stack.width)
     blended = np.flatnonzero(blend)
-    if len(blended):
+    if len(blended) and stack.aged.any():
+        blended_settings = settings[blended]
         for q in np.flatnonzero(stack.aged).tolist():
             plan = stack.plans[q]
             if plan.expected_in_candidates:
-                out[blended, q, : len(plan.groups)] = expected_positions(plan, settings[blended], limit)
+                out[blended, q, : len(plan.groups)] = expected_positions(plan, blended_settings, limit)
     return out
 
 
