@@ -1,7 +1,8 @@
 """The ranx side of `benchmarks/versus_ranx.py`: ranx 0.3.21 fusing and scoring the exported candidate lists.
 
 versus_ranx.py runs this file with the Python of ranx's own environment (never the project's .venv), one
-fresh process per measurement, with one thread (NUMBA_NUM_THREADS=1) and an empty numba cache:
+fresh process per measurement, with one thread (NUMBA_NUM_THREADS=1) and the numba cache it chooses
+(NUMBA_CACHE_DIR: an empty one for a cold start):
 
     ENV/bin/python -I benchmarks/ranx_side.py CANDIDATES.json --method fuse --grid 500 [--analysis OUT.npz]
 

@@ -219,7 +219,7 @@ def expected_positions(plan: QueryPlan, settings: SettingsBatch, limit: int) -> 
 
 @dataclass(frozen=True)
 class PlanStack:
-    """Many queries' plans as arrays with one row per (query, target item), built once per golden set.
+    """Many queries' plans as arrays with one row per (query, target item).
 
     `stacked_positions` then ranks every query's targets with a few array operations per batch, where
     `expected_positions` pays Python work per query. Row r is the target `item[r]` of its query (a candidate
