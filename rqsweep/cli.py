@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -189,11 +191,24 @@ def _signals_interrupt() -> Iterator[None]:
     """SIGINT and SIGTERM raise `Interrupted` within the block, so that a run ends cleanly either way."""
     # A shell's background job ignores SIGINT: it keeps doing so.
     previous = {s: signal.getsignal(s) for s in STOPPING_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    hook = sys.unraisablehook
+
+    def redeliver(unraisable) -> None:
+        # Raised while a library ran a Python callback that cannot pass exceptions on (polars' dtype parsing,
+        # a __del__): Python would print it and go on. The signal is sent again a moment later, from another
+        # thread, so that it lands after this hook (and, most likely, the callback) has returned.
+        if isinstance(unraisable.exc_value, Interrupted):
+            threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signal_number)).start()
+        else:
+            hook(unraisable)
+
     for s in previous:
         signal.signal(s, _interrupt)
+    sys.unraisablehook = redeliver
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for s, handler in previous.items():
             signal.signal(s, handler)
 

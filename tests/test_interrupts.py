@@ -89,3 +89,24 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_i
     (run_dir,) = (tmp_path / "out").glob("mini/*")
     assert err.value.signal_number == signal.SIGTERM and err.value.run_dir == run_dir
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+
+
+def test_an_interrupt_that_a_callback_swallows_is_delivered_again(capsys):
+    # The handler's exception can be raised inside a Python callback that a library calls and that cannot pass
+    # exceptions on (polars parsing a dtype, a __del__): Python prints "Exception ignored" and carries on. Once,
+    # a SIGTERM was lost that way in the optimise test's run. Here a __del__ stands in for such a callback.
+    from rqsweep import cli
+    from rqsweep.errors import Interrupted
+
+    class SwallowsItsInterrupt:
+        def __del__(self):
+            raise Interrupted(signal.SIGTERM)
+
+    with pytest.raises(Interrupted) as caught:
+        with cli._signals_interrupt():
+            SwallowsItsInterrupt()  # collected at once: its exception is unraisable
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pass
+    assert caught.value.signal_number == signal.SIGTERM
+    assert "Exception ignored" not in capsys.readouterr().err
