@@ -1,14 +1,19 @@
 """HTTP backend benchmark against `rqsweep serve` on this machine (the server in its own process).
 
     .venv/bin/python benchmarks/http_backend.py            # the handbook corpus and golden set
-    .venv/bin/python benchmarks/http_backend.py --settings 4 --in-flight 8
+    .venv/bin/python benchmarks/http_backend.py --direct-settings 4 --in-flight 8
 
-Prints, for direct mode, requests per second and the client's CPU time per request (this process only;
-the server's work is not counted), and for replay mode the searches a 1,000-setting grid costs: one probe,
-one fetch per query, the single-store fetches for queries that one fetch could not prove, and direct
-searches per setting for the queries replay still could not prove, against 1,000 x Q in direct mode. The
-replay's fetch phase is run for real (and checked with `verify`); the 1,000-setting totals are then
-counted from its outcome.
+Every count is the client's own request counter (`SoatClient.stats.requests`, retries included), read before
+and after each phase of the real job (`rqsweep.job.run`): set-up (login, probe, seeding), replay's fetch phase,
+the sweep's searches (`evaluate`), replay's `verify`, and the ranked lists of hits.parquet. Times and CPU are
+those of the same calls (CPU: this process only, every thread; the server's work is not counted).
+
+1. Direct mode on a small grid (`--direct-settings` rrf_k values plus the baseline): searches per setting, searches
+   per second with `max_in_flight`, client CPU per search.
+2. Replay mode on a 1,000-setting grid (rrf_k 1 to 1,000), run in full: the searches its fetch phase and its
+   sweep made, counted. Direct mode's count for the same grid is the per-setting count of step 1 times 1,000,
+   stated as such: running it would take about half an hour at the measured rate.
+3. The engine's own `Index.search` time per query in this process, for comparison with the server's rate.
 """
 
 from __future__ import annotations
@@ -16,20 +21,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# This file is named http.py: its folder must not shadow the standard library's `http` package.
+# Run as a script, this file's folder comes first on sys.path: put the project root there instead, so that
+# `rqsweep` is this checkout's.
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0] = str(ROOT)
 
 import argparse  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import yaml  # noqa: E402
 
 from rqsweep import job  # noqa: E402
+from rqsweep.backends.embedded import build_embedder  # noqa: E402
+from rqsweep.backends.http.backend import HttpBackend  # noqa: E402
+from rqsweep.backends.http.replay import Replay  # noqa: E402
+from rqsweep.engine.index import Index  # noqa: E402
+from rqsweep.inputs import load_inputs  # noqa: E402
+from rqsweep.knobs import Knobs  # noqa: E402
 
 HANDBOOK = ROOT / "configs" / "handbook"
 PASSWORD = "benchmark-password"
@@ -61,32 +77,86 @@ def write_config(folder: Path, name: str, backend: dict, rrf_ks: list[int]) -> P
     return path
 
 
-class Log:
+@dataclass
+class Phase:
+    requests: int = 0
+    retries: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0
+
+
+class Counted:
+    """Requests, wall and CPU time per phase of a run, read from the client's counter around each call."""
+
+    CALLS = {"fetch": (Replay, "__init__", lambda replay, searcher, *_: searcher.client),
+             "evaluate": (HttpBackend, "evaluate", lambda backend, *_: backend.searcher.client),
+             "verify": (Replay, "_verify", lambda replay, *_: replay.searcher.client),
+             "ranked": (HttpBackend, "ranked", lambda backend, *_: backend.searcher.client),
+             "all": (HttpBackend, "close", lambda backend, *_: backend.searcher.client)}
+
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.phases: dict[str, Phase] = defaultdict(Phase)
 
-    def __call__(self, line: str) -> None:
-        self.lines.append(line)
+    @contextmanager
+    def installed(self):
+        originals = {name: getattr(cls, method) for name, (cls, method, _) in self.CALLS.items()}
+        for name, (cls, method, client_of) in self.CALLS.items():
+            setattr(cls, method, self._counting(name, originals[name], client_of))
+        try:
+            yield self
+        finally:
+            for name, (cls, method, _) in self.CALLS.items():
+                setattr(cls, method, originals[name])
 
-    def number(self, pattern: str) -> int:
-        return int(next(m.group(1) for line in self.lines for m in [re.search(pattern, line)] if m))
+    def _counting(self, name: str, original, client_of):
+        def counted(obj, *args, **kwargs):
+            client = client_of(obj, *args)
+            requests, retries = client.stats.requests, client.stats.retries
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return original(obj, *args, **kwargs)
+            finally:
+                phase = self.phases[name]
+                phase.wall += time.perf_counter() - wall
+                phase.cpu += time.process_time() - cpu
+                if name == "all":  # close: the client's whole count, set-up included
+                    phase.requests, phase.retries = client.stats.requests, client.stats.retries
+                else:
+                    phase.requests += client.stats.requests - requests
+                    phase.retries += client.stats.retries - retries
+        return counted
 
 
-def run(config: Path) -> tuple[job.Outcome, Log, float, float]:
-    log = Log()
+def run(config: Path) -> tuple[job.Outcome, Counted, list[str]]:
+    """The job on `config`, its requests counted per phase, its log lines kept."""
+    lines: list[str] = []
     original = job.Progress.log
-    job.Progress.log = lambda self, message: log(message)  # keep the backend's lines for the figures
+    job.Progress.log = lambda self, message: lines.append(message)
     try:
-        wall, cpu = time.perf_counter(), time.process_time()
-        outcome = job.run(config, quiet=True)
-        return outcome, log, time.perf_counter() - wall, time.process_time() - cpu
+        with Counted().installed() as counted:
+            outcome = job.run(config, quiet=True)
+        return outcome, counted, lines
     finally:
         job.Progress.log = original
 
 
+def engine_search_ms(config: Path) -> float:
+    """Median time of `Index.search` (SOAT's defaults, limit 10) per golden query, in this process."""
+    inputs = load_inputs(config)
+    engine = inputs.config.backend
+    index = Index.build(inputs.corpus, build_embedder(engine), engine.chunking, tie_order=engine.tie_order)
+    times = []
+    for q in inputs.golden.queries:
+        started = time.perf_counter()
+        index.search(q.query, Knobs(), 10)
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--settings", type=int, default=4, help="settings in the timed direct run")
+    p.add_argument("--direct-settings", type=int, default=4, help="rrf_k values in the direct run (the baseline "
+                   "is one more setting)")
     p.add_argument("--in-flight", type=int, default=4, help="max_in_flight")
     args = p.parse_args()
     os.environ["SOAT_PASSWORD"] = PASSWORD
@@ -97,33 +167,39 @@ def main() -> None:
         try:
             backend = {"kind": "http", "base_url": url, "username": "admin", "seed": True,
                        "max_in_flight": args.in_flight}
-            ks = [1, 2, 3, 5, 8, 10, 20, 40, 60, 100][: args.settings]
-            direct, log, wall, cpu = run(write_config(folder, "direct", backend | {"mode": "direct"}, ks))
-            requests = log.number(r"http: (\d+) requests")
-            evaluate = direct.run_dir / "run.json"
-            timings = yaml.safe_load(evaluate.read_text())["timings_seconds"]
+            ks = [k for k in range(1, 1000) if k != 60][: args.direct_settings]
+            direct, counted, _ = run(write_config(folder, "direct", backend | {"mode": "direct"}, ks))
+            settings = direct.grid["setting_id"].n_unique()
             queries = direct.grid.filter(direct.grid["slice"] == "overall")["queries"][0]
-            print(f"direct: {direct.grid['setting_id'].n_unique()} settings x {queries} queries, {requests} requests "
-                  f"(seeding included) in {wall:.1f}s; searching {timings['evaluate']:.1f}s = "
-                  f"{(requests - 1) / timings['evaluate']:.0f} searches/s with max_in_flight {args.in_flight}; "
-                  f"client CPU {1000 * cpu / requests:.2f} ms per request")
-            replay, log, wall, cpu = run(write_config(folder, "replay", backend | {"mode": "replay", "verify": 2},
-                                                      ks[:2]))
-            replayed = log.number(r"replay: (\d+) of")
-            single_store = log.number(r"(\d+) single-store searches")
-            rescued = log.number(r"which proved (\d+)")
-            fallback = queries - replayed
-            print(f"replay: {replayed} of {queries} queries proven ({replayed - rescued} from one search, {rescued} "
-                  f"with {single_store} single-store searches; {fallback} fall back); verify on 2 settings passed; "
-                  f"{wall:.1f}s")
-            print("\n".join(f"  {line.strip()}" for line in log.lines if " x " in line and "verify" not in line))
-            print(f"1,000-setting grid: direct {1 + GRID_SETTINGS * queries:,} searches; replay "
-                  f"{1 + queries + single_store + fallback * GRID_SETTINGS:,} searches (1 probe + {queries} "
-                  f"fetches + {single_store} single-store + {fallback} x {GRID_SETTINGS:,}); without single-store "
-                  f"searches {1 + queries + (fallback + rescued) * GRID_SETTINGS:,}")
+            d = counted.phases
+            searches = d["evaluate"].requests
+            print(f"direct, {settings} settings x {queries} queries, max_in_flight {args.in_flight}: {searches} "
+                  f"sweep searches ({d['evaluate'].retries} retries) = {searches / settings:.1f} per setting, in "
+                  f"{d['evaluate'].wall:.1f}s = {searches / d['evaluate'].wall:.0f} searches/s; client CPU "
+                  f"{1000 * d['evaluate'].cpu / searches:.2f} ms per search; {d['all'].requests} requests in all "
+                  f"(set-up and {d['ranked'].requests} for hits.parquet's ranked lists included)")
+            per_setting = searches / settings
+
+            replay, counted, lines = run(write_config(
+                folder, "replay", backend | {"mode": "replay", "verify": 2}, list(range(1, GRID_SETTINGS + 1))))
+            r = counted.phases
+            settings = replay.grid["setting_id"].n_unique()
+            proven = next(line for line in lines if line.startswith("replay:"))
+            fallback = r["evaluate"].requests - r["verify"].requests
+            print(f"replay, {settings:,} settings x {queries} queries: {r['fetch'].requests} searches in the fetch "
+                  f"phase ({r['fetch'].wall:.1f}s) + {fallback:,} direct searches in the sweep = "
+                  f"{r['fetch'].requests + fallback:,} searches; verify (2 settings) {r['verify'].requests} more, "
+                  f"hits.parquet's ranked lists {r['ranked'].requests}, {r['all'].requests:,} requests in all; "
+                  f"sweep {r['evaluate'].wall:.1f}s with verify")
+            print("  " + proven.replace("\n", "\n  "))
+            print(f"direct, the same {settings:,} settings: {per_setting:.0f} searches per setting measured above "
+                  f"x {settings:,} = {per_setting * settings:,.0f} searches (not run: "
+                  f"{per_setting * settings / (searches / d['evaluate'].wall) / 60:.0f} min at the measured rate)")
         finally:
             server.terminate()
             server.wait()
+        print(f"engine, in this process: Index.search {engine_search_ms(engine):.1f} ms per query (median, "
+              f"SOAT's defaults, limit 10)")
 
 
 if __name__ == "__main__":
