@@ -191,7 +191,7 @@ class Model:
     def __init__(self) -> None:
         self.p = dict(PRIOR)
         self.prepare_scale = 1.0
-        self.largest = 0
+        self.largest, self.largest_corpus = 0, 0
 
     def prepare(self, cell: Cell) -> float:
         p = self.p
@@ -207,6 +207,10 @@ class Model:
     def learn(self, cell: Cell) -> None:
         f = cell.figures
         self.prepare_scale *= max(f["prepare"], 0.1) / max(self.prepare(cell), 0.1)
+        if cell.chunks > self.largest_corpus:
+            self.largest_corpus = cell.chunks
+            self.p["rss_per_chunk"] = max(f["rss"] - self.p["rss_base"] - self.p["rss_per_cell"] * cell.cells,
+                                          0.0) / cell.chunks
         if cell.cells >= self.largest:
             self.largest = cell.cells
             self.p["start"] = max(f["wall"] - f["total"], 0.0)
@@ -279,8 +283,11 @@ def measure(cell: Cell, inputs: Inputs, tree: Path, budget: float, max_rss: floa
     sizes = {name: disk_size(run_dir / name) for name in
              ("grid.parquet", "queries.parquet", "hits.parquet", "state")}
     sizes["report"] = disk_size(run_dir / "report.md") + disk_size(run_dir / "report.html")
-    reached = (pl.scan_parquet(run_dir / "queries.parquet").filter(pl.col("setting_id") == "k60_moff_h0.0")
-               .select((pl.col("rank") > 0).mean()).collect().item())
+    try:
+        reached = (pl.scan_parquet(run_dir / "queries.parquet").filter(pl.col("setting_id") == "k60_moff_h0.0")
+                   .select((pl.col("rank") > 0).mean()).collect().item())
+    except (pl.exceptions.PolarsError, OSError):  # a revision whose per-query table reads otherwise
+        reached = None
     cell.figures = {"wall": wall, **figures, "prepare": timings.get("prepare", float("nan")),
                     "evaluate": timings.get("evaluate", float("nan")), "total": timings.get("total", float("nan")),
                     "settings_run": info.get("settings"), "baseline_found": reached, **sizes}
@@ -416,7 +423,7 @@ def main() -> None:
     print(f"rqsweep job at {rev}; embedded backend, feature hash 1024, limit 10, workers 1, per-query output on; "
           f"load average at the end {machine:.1f}, {os.cpu_count()} cores")
     print(table(cells))
-    found = [c.figures["baseline_found"] for c in cells if not c.outcome]
+    found = [c.figures["baseline_found"] for c in cells if not c.outcome and c.figures["baseline_found"] is not None]
     if found:
         print(f"\nExpected item within the top 10 at SOAT's defaults: {min(found):.1%} to {max(found):.1%} of "
               "queries (every expected item is among its query's lexical candidates by construction).")
