@@ -6,10 +6,10 @@
 Every count is the client's own request counter (`SoatClient.stats.requests`, retries included), read before
 and after each phase of the real job (`rqsweep.job.run`): set-up (login, probe, seeding), replay's fetch phase,
 the sweep's searches (`evaluate`), replay's `verify`, and the ranked lists of hits.parquet. Times and CPU are
-those of the same calls (CPU: this process only, every thread; the server's work is not counted).
+those of the same calls: the client's CPU (this process, every thread) and the server's (its process, from /proc).
 
 1. Direct mode on a small grid (`--direct-settings` rrf_k values plus the baseline): searches per setting, searches
-   per second with `max_in_flight`, client CPU per search.
+   per second with `max_in_flight`, client and server CPU per search.
 2. Replay mode on a 1,000-setting grid (rrf_k 1 to 1,000), run in full: the searches its fetch phase and its
    sweep made, counted. Direct mode's count for the same grid is the per-setting count of step 1 times 1,000,
    stated as such: running it would take about half an hour at the measured rate.
@@ -83,6 +83,13 @@ class Phase:
     retries: int = 0
     wall: float = 0.0
     cpu: float = 0.0
+    server_cpu: float = 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Counted:
@@ -94,7 +101,8 @@ class Counted:
              "ranked": (HttpBackend, "ranked", lambda backend, *_: backend.searcher.client),
              "all": (HttpBackend, "close", lambda backend, *_: backend.searcher.client)}
 
-    def __init__(self) -> None:
+    def __init__(self, server_pid: int) -> None:
+        self.server_pid = server_pid
         self.phases: dict[str, Phase] = defaultdict(Phase)
 
     @contextmanager
@@ -112,13 +120,14 @@ class Counted:
         def counted(obj, *args, **kwargs):
             client = client_of(obj, *args)
             requests, retries = client.stats.requests, client.stats.retries
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu, server_cpu = time.perf_counter(), time.process_time(), cpu_seconds(self.server_pid)
             try:
                 return original(obj, *args, **kwargs)
             finally:
                 phase = self.phases[name]
                 phase.wall += time.perf_counter() - wall
                 phase.cpu += time.process_time() - cpu
+                phase.server_cpu += cpu_seconds(self.server_pid) - server_cpu
                 if name == "all":  # close: the client's whole count, set-up included
                     phase.requests, phase.retries = client.stats.requests, client.stats.retries
                 else:
@@ -127,13 +136,13 @@ class Counted:
         return counted
 
 
-def run(config: Path) -> tuple[job.Outcome, Counted, list[str]]:
+def run(config: Path, server_pid: int) -> tuple[job.Outcome, Counted, list[str]]:
     """The job on `config`, its requests counted per phase, its log lines kept."""
     lines: list[str] = []
     original = job.Progress.log
     job.Progress.log = lambda self, message: lines.append(message)
     try:
-        with Counted().installed() as counted:
+        with Counted(server_pid).installed() as counted:
             outcome = job.run(config, quiet=True)
         return outcome, counted, lines
     finally:
@@ -168,7 +177,7 @@ def main() -> None:
             backend = {"kind": "http", "base_url": url, "username": "admin", "seed": True,
                        "max_in_flight": args.in_flight}
             ks = [k for k in range(1, 1000) if k != 60][: args.direct_settings]
-            direct, counted, _ = run(write_config(folder, "direct", backend | {"mode": "direct"}, ks))
+            direct, counted, _ = run(write_config(folder, "direct", backend | {"mode": "direct"}, ks), server.pid)
             settings = direct.grid["setting_id"].n_unique()
             queries = direct.grid.filter(direct.grid["slice"] == "overall")["queries"][0]
             d = counted.phases
@@ -176,12 +185,14 @@ def main() -> None:
             print(f"direct, {settings} settings x {queries} queries, max_in_flight {args.in_flight}: {searches} "
                   f"sweep searches ({d['evaluate'].retries} retries) = {searches / settings:.1f} per setting, in "
                   f"{d['evaluate'].wall:.1f}s = {searches / d['evaluate'].wall:.0f} searches/s; client CPU "
-                  f"{1000 * d['evaluate'].cpu / searches:.2f} ms per search; {d['all'].requests} requests in all "
-                  f"(set-up and {d['ranked'].requests} for hits.parquet's ranked lists included)")
+                  f"{1000 * d['evaluate'].cpu / searches:.2f} ms per search, server CPU "
+                  f"{1000 * d['evaluate'].server_cpu / searches:.2f} ms per search; {d['all'].requests} requests "
+                  f"in all (set-up and {d['ranked'].requests} for hits.parquet's ranked lists included)")
             per_setting = searches / settings
 
             replay, counted, lines = run(write_config(
-                folder, "replay", backend | {"mode": "replay", "verify": 2}, list(range(1, GRID_SETTINGS + 1))))
+                folder, "replay", backend | {"mode": "replay", "verify": 2}, list(range(1, GRID_SETTINGS + 1))),
+                server.pid)
             r = counted.phases
             settings = replay.grid["setting_id"].n_unique()
             proven = next(line for line in lines if line.startswith("replay:"))
