@@ -26,12 +26,10 @@ import argparse
 import json
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,33 +228,34 @@ def _rss(pid: int) -> int:
 
 
 def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tuple[int, float, dict, str]:
-    """Run `rqsweep CONFIG --quiet` on `tree`'s code; (exit code, wall, rusage figures, why it was stopped)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
-    started = time.perf_counter()
-    proc = subprocess.Popen([str(RQSWEEP), str(config), "--quiet"], env=env, cwd=config.parent,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    stopped: list[str] = []
+    """Run `rqsweep CONFIG --quiet` on `tree`'s code; (exit code, wall, rusage figures, why it stopped).
 
-    def watch() -> None:
-        while proc.returncode is None and not stopped:
-            if _rss(proc.pid) > max_rss:
-                stopped.append(f"RSS over {max_rss / GiB:.1f} GiB after {time.perf_counter() - started:.0f}s")
-            elif time.perf_counter() - started > max_seconds:
-                stopped.append(f"over {max_seconds:.0f}s")
+    The child is polled, not waited for: it is reaped only once it has ended, so stopping it can never
+    signal another process that took its pid."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    with tempfile.TemporaryFile() as errors:
+        started = time.perf_counter()
+        proc = subprocess.Popen([str(RQSWEEP), str(config), "--quiet"], env=env, cwd=config.parent,
+                                stdout=subprocess.DEVNULL, stderr=errors)
+        stopped = ""
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            elapsed = time.perf_counter() - started
+            if not stopped and _rss(proc.pid) > max_rss:
+                stopped = f"RSS over {max_rss / GiB:.1f} GiB after {elapsed:.0f}s"
+            elif not stopped and elapsed > max_seconds:
+                stopped = f"over {max_seconds:.0f}s"
             if stopped:
                 proc.kill()
             time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    watcher.join()
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        errors.seek(0)
+        last = errors.read().decode(errors="replace").strip().splitlines()[-1:]
     figures = {"rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime}
-    why = stopped[0] if stopped else stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-    return proc.returncode, wall, figures, why if isinstance(why, str) else why[0]
+    return proc.returncode, wall, figures, stopped or (last[0] if last else "")
 
 
 def disk_size(path: Path) -> int:
