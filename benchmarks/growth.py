@@ -2,16 +2,16 @@
 
     .venv/bin/python benchmarks/growth.py --quick              # 1,000 / 10,000 settings x 165 / 1,000 queries
     .venv/bin/python benchmarks/growth.py --budget 900         # the full table, cells estimated over 900 s skipped
-    .venv/bin/python benchmarks/growth.py --rev ec0d67d        # the same, the job run at another git revision
+    .venv/bin/python benchmarks/growth.py --rev 68fab31        # the same, the job run at another git revision
 
 Builds synthetic inputs in a temporary folder: a corpus of documents (one chunk each) and memories with ages; a
 golden set (JSON lines) whose every query carries its expected item's topic token, so the expected item is always
 among the lexical candidates; and, per settings count, a grid written as a `sweeps/` file (rrf_k x min_similarity
 x half-life, SOAT's defaults included). Then each cell runs the real job, `.venv/bin/rqsweep CONFIG --quiet`
 (embedded backend, per-query output written), in a subprocess, and records its wall and CPU time, its peak RSS
-(the child's own `ru_maxrss`), run.json's timings (prepare = inputs, index and candidates; evaluate = the
-sweep's searches and state writes; the rest is scoring, cross-validation, outputs and the report) and the sizes
-of what it wrote. Cells run smallest estimate first; a cell whose estimated time exceeds `--budget` or whose
+(the child's own `ru_maxrss`) and the largest RSS sampled (every 0.2 s) up to the end of its evaluation,
+run.json's timings (prepare = inputs, index and candidates; evaluate = the sweep's searches and state writes;
+the rest is scoring, cross-validation, outputs and the report) and the sizes of what it wrote. Cells run smallest estimate first; a cell whose estimated time exceeds `--budget` or whose
 estimated peak RSS exceeds `--max-rss` is skipped and printed with its estimate, and a running cell passing
 either bound is stopped. Estimates scale the largest cell measured so far (per (setting x query) cell) and the
 corpus cost (per chunk and per query-chunk) by its measured prepare time.
@@ -228,7 +228,8 @@ def _rss(pid: int) -> int:
 
 
 def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tuple[int, float, dict, str]:
-    """Run `rqsweep CONFIG --quiet` on `tree`'s code; (exit code, wall, rusage figures, why it stopped).
+    """Run `rqsweep CONFIG --quiet` on `tree`'s code; (exit code, wall, figures, why it stopped). The figures:
+    peak RSS and CPU from the child's rusage, and its RSS sampled every 0.2 s as (seconds, bytes).
 
     The child is polled, not waited for: it is reaped only once it has ended, so stopping it can never
     signal another process that took its pid."""
@@ -237,13 +238,14 @@ def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tup
         started = time.perf_counter()
         proc = subprocess.Popen([str(RQSWEEP), str(config), "--quiet"], env=env, cwd=config.parent,
                                 stdout=subprocess.DEVNULL, stderr=errors)
-        stopped = ""
+        stopped, samples = "", []
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
             elapsed = time.perf_counter() - started
-            if not stopped and _rss(proc.pid) > max_rss:
+            samples.append((elapsed, _rss(proc.pid)))
+            if not stopped and samples[-1][1] > max_rss:
                 stopped = f"RSS over {max_rss / GiB:.1f} GiB after {elapsed:.0f}s"
             elif not stopped and elapsed > max_seconds:
                 stopped = f"over {max_seconds:.0f}s"
@@ -254,7 +256,7 @@ def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tup
         proc.returncode = os.waitstatus_to_exitcode(status)
         errors.seek(0)
         last = errors.read().decode(errors="replace").strip().splitlines()[-1:]
-    figures = {"rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime}
+    figures = {"rss": usage.ru_maxrss * 1024, "cpu": usage.ru_utime + usage.ru_stime, "samples": samples}
     return proc.returncode, wall, figures, stopped or (last[0] if last else "")
 
 
@@ -273,7 +275,7 @@ def measure(cell: Cell, inputs: Inputs, tree: Path, budget: float, max_rss: floa
     runs = sorted(out.glob("*/*/run.json"))
     if code not in (0, 4) or not runs:  # 4: no feasible setting, everything written all the same
         cell.outcome = f"stopped: {why}" if why.startswith(("RSS", "over")) else f"failed (exit {code}): {why}"
-        cell.figures = {"wall": wall, **figures}
+        cell.figures = {"wall": wall, "rss": figures["rss"], "cpu": figures["cpu"]}
         shutil.rmtree(out, ignore_errors=True)
         return
     run_dir = runs[-1].parent
@@ -287,6 +289,9 @@ def measure(cell: Cell, inputs: Inputs, tree: Path, budget: float, max_rss: floa
                    .select((pl.col("rank") > 0).mean()).collect().item())
     except (pl.exceptions.PolarsError, OSError):  # a revision whose per-query table reads otherwise
         reached = None
+    # The job's clock starts after the interpreter's: its evaluation ended `wall - total` later on ours.
+    evaluated = wall - timings.get("total", wall) + timings.get("prepare", 0.0) + timings.get("evaluate", 0.0)
+    figures["rss_evaluated"] = max((r for t, r in figures.pop("samples") if t <= evaluated), default=0)
     cell.figures = {"wall": wall, **figures, "prepare": timings.get("prepare", float("nan")),
                     "evaluate": timings.get("evaluate", float("nan")), "total": timings.get("total", float("nan")),
                     "settings_run": info.get("settings"), "baseline_found": reached, **sizes}
@@ -311,7 +316,8 @@ def seconds(s: float) -> str:
 
 
 def table(cells: list[Cell]) -> str:
-    head = ("| chunks | settings | queries | wall | CPU | prepare | evaluate (share of total) | peak RSS | RSS / cell "
+    head = ("| chunks | settings | queries | wall | CPU | prepare | evaluate (share of total) | peak RSS "
+            "| RSS by evaluation's end | RSS / cell "
             "| grid.parquet | queries.parquet | q.parquet / cell | hits.parquet | state/ | report |")
     rows = [head, "|" + " --- |" * (head.count("|") - 1)]
     for c in sorted(cells, key=lambda c: (c.chunks, c.queries, c.settings)):
@@ -319,14 +325,15 @@ def table(cells: list[Cell]) -> str:
         f = c.figures
         if c.outcome == "skipped":
             est_s, est_rss = c.estimate
-            rows.append(f"{lead} skipped: estimated {seconds(est_s)}, {size(est_rss)} |" + " |" * 12)
+            rows.append(f"{lead} skipped: estimated {seconds(est_s)}, {size(est_rss)} |" + " |" * 13)
         elif c.outcome:
             rows.append(f"{lead} {c.outcome} (estimated {seconds(c.estimate[0])}, {size(c.estimate[1])}) |"
-                        + " |" * 12)
+                        + " |" * 13)
         else:
             share = f["evaluate"] / f["total"] if f["total"] else float("nan")
             rows.append(f"{lead} {seconds(f['wall'])} | {seconds(f['cpu'])} | {seconds(f['prepare'])} | "
-                        f"{seconds(f['evaluate'])} ({share:.0%}) | {size(f['rss'])} | {f['rss'] / c.cells:.0f} B | "
+                        f"{seconds(f['evaluate'])} ({share:.0%}) | {size(f['rss'])} | {size(f['rss_evaluated'])} | "
+                        f"{f['rss'] / c.cells:.0f} B | "
                         f"{size(f['grid.parquet'])} | {size(f['queries.parquet'])} | "
                         f"{f['queries.parquet'] / c.cells:.1f} B | {size(f['hits.parquet'])} | {size(f['state'])} | "
                         f"{size(f['report'])} |")
