@@ -115,6 +115,12 @@ def run_optimize(sweep: SweepConfig, baseline: Knobs, score: Callable[[list[Knob
         return _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator)
 
 
+def _quiet(study: optuna.Study, trials: int, seconds: float) -> bool:
+    """No trial was added to the study within `seconds`."""
+    time.sleep(seconds)
+    return len(study.get_trials(deepcopy=False)) == trials
+
+
 def _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator) -> optuna.Study:
     if coordinator:
         study = optuna.create_study(study_name=objective.study_name, storage=storage.optuna, direction="maximize",
@@ -149,8 +155,11 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
         if deadline is not None and time.monotonic() >= deadline:
             break
         if remaining <= 0 and not waiting:
-            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial.
-            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial. A
+            # worker that read the study just before the budget was spent may still ask a trial: the
+            # coordinator (whose grid gathers every trial) ends only once the study is quiet for a heartbeat.
+            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials) and (
+                    not (coordinator and storage.shared) or _quiet(study, len(trials), storage.heartbeat_seconds)):
                 break
             time.sleep(storage.heartbeat_seconds)
             continue
