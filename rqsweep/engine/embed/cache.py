@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sqlite3
+import time
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -83,7 +84,17 @@ class CachedEmbedder:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)
-        conn.execute("PRAGMA journal_mode=WAL")
+        # WAL mode is kept in the file: set once. Switching needs a lock SQLite does not wait for (no busy
+        # timeout), so two processes creating the file at once retry here instead of failing.
+        deadline = time.monotonic() + _BUSY_TIMEOUT_S
+        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.05)
         # NORMAL is crash-safe under WAL; a power cut may drop the last commits, which are re-embedded.
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
