@@ -128,6 +128,6 @@ def choose_best(means: SliceMeans, baseline: str, objective: tuple[str, str], co
     best = None
     if candidates.any():
         top = np.flatnonzero(candidates & (score == score[candidates].max()))
-        chosen = means.settings.index(baseline) if means.settings.index(baseline) in top else top[0]
-        best = means.settings[chosen]
+        base = means.settings.index(baseline)
+        best = means.settings[base if base in top else top[0]]
     return Verdicts([INCOMPLETE, *keys], violated, best)

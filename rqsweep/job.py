@@ -184,11 +184,12 @@ class Sweep:
         golden = golden_table(self.golden)
         per_slice: list[pl.DataFrame] = []
         knobs: list[pl.DataFrame] = []
+        n_settings = len(self.state.settings())
         folds = None if self.config.validation is None else FoldSums(golden, self.golden.slices, names,
-                                                                     self.config.validation, len(self.state.settings()))
+                                                                     self.config.validation, n_settings)
 
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
-        scoring = Progress(len(self.state.settings()), f"{self.config.name} scoring", quiet=self.progress.quiet,
+        scoring = Progress(n_settings, f"{self.config.name} scoring", quiet=self.progress.quiet,
                            stream=self.progress.stream)
 
         def query_chunks() -> Iterator[pl.DataFrame]:

@@ -54,7 +54,7 @@ class CachedEmbedder:
         return f"CachedEmbedder({self.inner!r}, path={str(self.path)!r})"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Cached vectors for `texts`; the misses are embedded by `inner` in one call and stored."""
+        """Cached vectors for `texts`; the misses are embedded by `inner` and stored, `_STORE_EVERY` at a time."""
         if not texts:
             return self.inner.embed([])
         keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in texts]
