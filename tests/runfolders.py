@@ -26,9 +26,10 @@ CONFIG = {
 def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baseline: str, best: str | None,
               infeasible: dict[str, list[str]] | None = None, queries: pl.DataFrame | None = None,
               sizes: dict[str, int] | None = None, config: dict | None = None, run_id: str = "20260101T000000Z-aaaa",
-              golden_sha256: str = "g" * 64) -> Path:
+              golden_sha256: str = "g" * 64, profile: dict | None = None, corpus_sha256: str | None = None) -> Path:
     """A run folder: grid.parquet from `settings` (setting id -> slice -> metrics, in evaluation order),
-    queries.parquet from `queries` (rows: setting_id, query_id, slice, rank, error), run.json."""
+    queries.parquet from `queries` (rows: setting_id, query_id, slice, rank, error), run.json; `profile` is the
+    server profile the Parquet metadata records (none by default), `corpus_sha256` the corpus hash of run.json."""
     infeasible = infeasible or {}
     sizes = sizes or {}
     rows = []
@@ -48,6 +49,8 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
                                                 "violations": pl.List(pl.String)})
     metadata = {"rqsweep.version": "test", "rqsweep.config": json.dumps(config or CONFIG),
                 "rqsweep.golden": "golden.yaml", "rqsweep.metrics": json.dumps(definitions(DEFAULT_METRICS))}
+    if profile is not None:
+        metadata["rqsweep.server_profile"] = json.dumps(profile)
     if queries is None:
         queries = query_rows("", "", [])
     cv = _cross_validation(queries, list(settings), baseline, config or CONFIG)
@@ -56,7 +59,10 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
                   metadata if cv is None else {**metadata, "rqsweep.validation": json.dumps(cv.as_json())})
     queries = queries.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
     write_parquet(run_dir / "queries.parquet", queries, metadata)
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_id, "status": "complete"}))
+    info = {"run_id": run_id, "status": "complete"}
+    if corpus_sha256 is not None:
+        info["corpus_sha256"] = corpus_sha256
+    (run_dir / "run.json").write_text(json.dumps(info))
     return run_dir
 
 

@@ -121,3 +121,13 @@ def test_dry_run_makes_no_search(monkeypatch, capsys):
     monkeypatch.setattr(job, "run", lambda *_, **__: pytest.fail("a dry run must not search"))
     assert main(["config.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"
+
+
+def test_a_damaged_gate_file_exits_2_naming_the_slice_and_metric(tmp_path, previous, capsys):
+    path = tmp_path / "gate.json"
+    assert main(["gate", str(previous), "--gate-file", str(path), "--update-gate-file"]) == 0
+    path.write_text(path.read_text().replace('"mrr": 0.5000', '"mrr": NaN'))
+    capsys.readouterr()
+    assert main(["gate", str(previous), "--gate-file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: slices.freshness.mrr: NaN" in err and "Traceback" not in err

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rqsweep.backends.base import EMBEDDED_PROFILE, comparable_profile
 from rqsweep.errors import InputError
 from rqsweep.gate import gate, read_gate_file, write_gate_file
 from tests.runfolders import write_run
@@ -128,3 +129,100 @@ def test_a_broken_gate_file_is_invalid_input(tmp_path, previous):
 def test_a_changed_golden_set_is_flagged(tmp_path, previous):
     current = write_run(tmp_path / "current", {BASE: BEFORE}, baseline=BASE, best=BASE, golden_sha256="h" * 64)
     assert "the golden set differs" in gate(current, previous, None, 0.0).text
+
+
+@pytest.mark.parametrize("value", ["null", "NaN", "Infinity", "-Infinity", "-1.5", "7", '"0.5"', "true", "[0.5]"])
+def test_a_damaged_gate_file_value_is_invalid_naming_the_slice_and_metric(tmp_path, previous, value):
+    path = tmp_path / "gate.json"
+    write_gate_file(previous, path)
+    path.write_text(path.read_text().replace('"mrr": 0.5000', f'"mrr": {value}'))  # freshness's MRR
+    with pytest.raises(InputError, match=r"gate\.json: slices\.freshness\.mrr: .*expected a number from 0 to 1"):
+        gate(previous, None, path, 0.0)
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"slices": {"entity": 3}}', "slices.entity"),
+    ('{"slices": []}', "slices"),
+    ('[1, 2]', "slices"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5}}}', "slices.entity.mrr"),  # a gated metric missing
+    ('{"slices": {"entity": {"queries": -3, "recall_at_10": 0.5, "mrr": 0.5}}}', "slices.entity.queries"),
+    ('{"slices": {"entity": {"queries": 2.5, "recall_at_10": 0.5, "mrr": 0.5}}}', "slices.entity.queries"),
+    ('{"golden_sha256": 5, "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "golden_sha256"),
+    ('{"server_profile": "embedded", "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "server_profile"),
+])
+def test_a_gate_file_of_the_wrong_shape_is_invalid(tmp_path, previous, text, where):
+    path = tmp_path / "gate.json"
+    path.write_text(text)
+    with pytest.raises(InputError) as caught:
+        read_gate_file(path)
+    assert caught.value.where == where
+
+
+EMBEDDED = {**EMBEDDED_PROFILE, "embedder": "feature-hash/1024"}
+SERVER = {"backend": "http", "base_url": "http://soat:8080", "version": "0.28.0", "ranking": "hybrid",
+          "knobs_accepted": ["min_similarity", "recency_half_life_days", "rrf_k"], "knobs_refused": {},
+          "field_names": {}, "include_flags": True, "signals": True, "mode": "replay", "embedder": None}
+
+
+def test_the_gate_file_carries_the_server_profile_and_the_corpus_hash(tmp_path):
+    run = write_run(tmp_path / "run", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=SERVER,
+                    corpus_sha256="c" * 64)
+    path = tmp_path / "gate.json"
+    write_gate_file(run, path)
+    data = json.loads(path.read_text())
+    assert data["corpus_sha256"] == "c" * 64
+    assert data["server_profile"] == {k: v for k, v in SERVER.items() if k != "base_url"}  # no host in a committed file
+    assert read_gate_file(path).profile == data["server_profile"]
+
+
+def test_a_run_of_another_server_profile_than_the_gate_file_is_refused_with_the_reason(tmp_path):
+    embedded = write_run(tmp_path / "embedded", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=EMBEDDED)
+    path = tmp_path / "gate.json"
+    write_gate_file(embedded, path)
+    served = write_run(tmp_path / "served", {BASE: _with(entity=(.8, .8, .6))}, baseline=BASE, best=BASE,
+                       profile=SERVER)
+    with pytest.raises(InputError, match=r"gate file .* was measured on Embedded engine.*backend embedded -> http.*"
+                                         r"--allow-different"):
+        gate(served, None, path, 0.0)
+    result = gate(served, None, path, 0.0, allow_different=True)
+    assert "warning: " in result.text and "backend embedded -> http" in result.text
+    assert result.failing_slices == ("entity",)
+
+
+def test_a_change_of_embedder_is_refused_naming_both(tmp_path):
+    before = write_run(tmp_path / "before", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=EMBEDDED,
+                       run_id="20260101T000000Z-aaaa")
+    other = {**EMBEDDED, "embedder": "openai/text-embedding-3-small/1536"}
+    now = write_run(tmp_path / "now", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=other)
+    with pytest.raises(InputError, match="embedder feature-hash/1024 -> openai/text-embedding-3-small/1536"):
+        gate(now, before, None, 0.0)
+    path = tmp_path / "gate.json"
+    write_gate_file(before, path)
+    with pytest.raises(InputError, match="embedder feature-hash/1024 -> openai/text-embedding-3-small/1536"):
+        gate(now, None, path, 0.0)
+
+
+def test_the_servers_wording_of_a_refusal_is_not_part_of_the_profile(tmp_path):
+    """The same server refuses a knob in words that echo the request (a run naming `search.memory_stores` sends
+    more): the knob refused is what ranks, not the text of the answer."""
+    refused = {**SERVER, "ranking": "pure cosine", "knobs_accepted": ["min_similarity"]}
+    one = {**refused, "knobs_refused": {"rrf_k": "HTTP 400 VALIDATION_FAILED: unknown field rrf_k in {query}"}}
+    two = {**refused, "knobs_refused": {"rrf_k": "HTTP 400 VALIDATION_FAILED: unknown field rrf_k in "
+                                                  "{query, memory_store_ids}"}}
+    assert comparable_profile(one) == comparable_profile(two)
+    before = write_run(tmp_path / "before", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=one,
+                       run_id="20260101T000000Z-aaaa")
+    now = write_run(tmp_path / "now", {BASE: BEFORE}, baseline=BASE, best=BASE, profile=two)
+    result = gate(now, before, None, 0.0)
+    assert result.passed and "warning" not in result.text
+
+
+def test_a_change_of_corpus_is_stated(tmp_path):
+    before = write_run(tmp_path / "before", {BASE: BEFORE}, baseline=BASE, best=BASE, corpus_sha256="a" * 64,
+                       run_id="20260101T000000Z-aaaa")
+    now = write_run(tmp_path / "now", {BASE: BEFORE}, baseline=BASE, best=BASE, corpus_sha256="b" * 64)
+    assert "warning: the corpus differs between the two" in gate(now, before, None, 0.0).text
+    path = tmp_path / "gate.json"
+    write_gate_file(before, path)
+    assert "warning: the corpus differs between the two" in gate(now, None, path, 0.0).text
+    assert "corpus differs" not in gate(before, None, path, 0.0).text
