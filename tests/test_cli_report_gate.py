@@ -130,4 +130,4 @@ def test_a_damaged_gate_file_exits_2_naming_the_slice_and_metric(tmp_path, previ
     capsys.readouterr()
     assert main(["gate", str(previous), "--gate-file", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"{path}: slices.freshness.mrr: NaN" in err and "Traceback" not in err
+    assert f"{path}: slices.freshness.mrr: nan: expected a number from 0 to 1" in err and "Traceback" not in err

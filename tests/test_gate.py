@@ -95,7 +95,8 @@ def test_gate_file_is_small_stable_and_one_slice_per_line(tmp_path, previous):
     assert write_gate_file(previous, path) is None
     text = path.read_text()
     data = json.loads(text)
-    assert list(data) == ["rqsweep_gate_file", "config", "run_id", "golden_sha256", "setting", "slices"]
+    assert list(data) == ["rqsweep_gate_file", "config", "run_id", "golden_sha256", "corpus_sha256",
+                          "server_profile", "setting", "slices"]
     assert list(data["slices"]) == ["entity", "freshness", "overall"]
     assert data["slices"]["freshness"] == {"queries": 10, "recall_at_5": 0.6, "recall_at_10": 0.8, "mrr": 0.5}
     assert '    "freshness": {"queries": 10, "recall_at_5": 0.6000, "recall_at_10": 0.8000, "mrr": 0.5000},' \

@@ -113,6 +113,21 @@ def test_best_is_feasible_and_maximises_the_objective(finished_run):
     assert set(run_json["baseline"]["slices"]) == {"document", "entity", "exact_token", "freshness", "overall"}
 
 
+def test_run_json_records_the_corpus_searched_and_the_embedder(finished_run, tmp_path):
+    config, outcome = finished_run
+    run_json = json.loads((outcome.run_dir / "run.json").read_text())
+    corpus = load_corpus(config.parent / "corpus.yaml")
+    assert run_json["corpus_sha256"] == corpus.sha256
+    # The hash is of what is searched, not of the file's bytes: the same corpus written as JSON hashes alike.
+    data = {"documents": [{"key": d.key, "content": d.content, "path": d.path, "title": d.title, "tags": d.tags}
+                          for d in corpus.documents],
+            "memories": [{"key": m.key, "content": m.content, "store": m.store, "tags": m.tags, "age_days": m.age_days}
+                         for m in corpus.memories]}
+    (tmp_path / "corpus.json").write_text(json.dumps(data, indent=3))
+    assert load_corpus(tmp_path / "corpus.json").sha256 == corpus.sha256
+    assert run_json["server_profile"]["embedder"] == "feature-hash/256"  # minijob's embedder
+
+
 def test_no_feasible_setting_is_an_error_after_writing(tmp_path):
     config = write_job(tmp_path / "job", constraints=[{"metric": "mrr", "slice": "*", "min": 1.0}])
     with pytest.raises(NoFeasibleSetting) as err:
