@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Mapping
@@ -11,7 +14,6 @@ from typing import Mapping
 from rqsweep.config import Chunking
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,13 @@ class Corpus:
 
     def keys(self) -> set[str]:
         return {d.key for d in self.documents} | {m.key for m in self.memories}
+
+    @cached_property
+    def sha256(self) -> str:
+        """Of what is searched, however it was written (its own file or inline in SOAT's golden.json): two runs
+        with the same hash searched the same documents and memories."""
+        rows = [[asdict(d) for d in self.documents], [asdict(m) for m in self.memories]]
+        return hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

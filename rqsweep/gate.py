@@ -6,11 +6,14 @@ Checks, on the chosen setting (the best feasible one; the baseline when none is 
   than the tolerance. Values are rounded to 4 decimals before comparing, as SOAT's own gate does,
   so float noise never fails a run. Absolute values are never pinned: only falls count.
 
-Two runs are compared only when the same kind of ranking produced them: their backends and server
-profiles (`backends.base.comparable_profile`) must agree, unless the caller allows a different one.
+Two runs are compared only when the same kind of ranking produced them: their backends, embedders and
+server profiles (`backends.base.comparable_profile`) must agree, unless the caller allows a different
+one. A change of golden set or corpus is stated above the table: the numbers may have moved with it.
 
 A gate file is the committed form of "before": a small JSON of the chosen setting's per-slice
-metrics, one slice per line, so that the diff of a ranking change reads as a before / after table.
+metrics, one slice per line, so that the diff of a ranking change reads as a before / after table,
+with the server profile and the corpus hash of the run it was written from. A value that is not a
+metric (null, not finite, outside [0, 1]) makes the file invalid, never a pass.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rqsweep import metrics
-from rqsweep.backends.base import comparable_profile, describe_profile
-from rqsweep.errors import InputError
+from rqsweep.backends.base import describe_profile, profile_differences
+from rqsweep.errors import InputError, shown
 from rqsweep.files import write_text
 from rqsweep.golden import OVERALL
 from rqsweep.run_folder import RunFolder, read_run_folder
@@ -37,9 +40,12 @@ class Snapshot:
     """The per-slice metrics of one chosen setting, from a run folder or a gate file."""
 
     source: str  # what it is, for the reader: "run <id>" or "gate file <path>"
+    file: Path  # what an error about it names: the run's grid.parquet, or the gate file
     setting: str  # the setting's label
     golden_sha256: str
     slices: dict[str, dict[str, float | None]]  # slice -> metric -> value
+    profile: dict | None  # the server profile that ranked (`backends.base`); None when not recorded
+    corpus_sha256: str | None  # `Corpus.sha256`; None when not recorded
 
 
 @dataclass(frozen=True)
@@ -59,13 +65,31 @@ def _rounded(value: float | None) -> float | None:
 def _snapshot(run: RunFolder) -> Snapshot:
     rows = run.slice_rows(run.chosen)
     note = "" if run.best else " (no feasible setting: the baseline)"
-    return Snapshot(f"run {run.run_id}", run.label(run.chosen) + note, rows[OVERALL]["golden_sha256"],
-                    {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices})
+    return Snapshot(f"run {run.run_id}", run.path / "grid.parquet", run.label(run.chosen) + note,
+                    rows[OVERALL]["golden_sha256"],
+                    {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices},
+                    run.server_profile, run.corpus_sha256)
 
 
 def run_snapshot(run_dir: Path) -> Snapshot:
     """The chosen setting of a finished run, read from its grid.parquet."""
     return _snapshot(read_run_folder(run_dir))
+
+
+def _checked_slice(path: Path, name: str, values: object) -> dict:
+    if not isinstance(values, dict):
+        raise InputError(path, f"slices.{name}", f"{shown(values)}: expected {{metric: value}}")
+    for m, value in values.items():
+        if m == "queries":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(path, f"slices.{name}.{m}", f"{shown(value)}: expected a count of queries")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            # NaN fails the range test too: a gate file's values are metrics of a feasible setting, never missing.
+            raise InputError(path, f"slices.{name}.{m}", f"{shown(value)}: expected a number from 0 to 1")
+    for m in GATED_METRICS:
+        if m not in values:
+            raise InputError(path, f"slices.{name}.{m}", "missing: the gate compares it")
+    return values
 
 
 def read_gate_file(path: Path) -> Snapshot:
@@ -74,19 +98,17 @@ def read_gate_file(path: Path) -> Snapshot:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(path, "", "no such gate file: create it with --update-gate-file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, "", f"not valid JSON: {exc}") from None
     slices = data.get("slices") if isinstance(data, dict) else None
     if not isinstance(slices, dict) or not slices:
         raise InputError(path, "slices", "missing: expected {slice: {metric: value}}")
-    for name, values in slices.items():
-        if not isinstance(values, dict):
-            raise InputError(path, f"slices.{name}", f"{values!r}: expected {{metric: value}}")
-        for m in GATED_METRICS:
-            value = values.get(m)
-            if value is not None and not isinstance(value, (int, float)):
-                raise InputError(path, f"slices.{name}.{m}", f"{value!r}: expected a number or null")
-    return Snapshot(f"gate file {path}", str(data.get("setting", "?")), str(data.get("golden_sha256", "")), slices)
+    for key, kind in (("setting", str), ("golden_sha256", str), ("corpus_sha256", str), ("server_profile", dict)):
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise InputError(path, key, f"{shown(data[key])}: expected {'a string' if kind is str else 'an object'}")
+    return Snapshot(f"gate file {path}", path, str(data.get("setting", "?")), data.get("golden_sha256") or "",
+                    {name: _checked_slice(path, name, values) for name, values in slices.items()},
+                    data.get("server_profile"), data.get("corpus_sha256"))
 
 
 def _structure(now: Snapshot, expected: set[str]) -> list[tuple[str, str]]:
@@ -150,23 +172,27 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
             row["check"] = "ok"
         rows.append(row)
     header = f"Before: {before.source}, {before.setting}\nAfter:  {now.source}, {now.setting}"
-    if before.golden_sha256 and before.golden_sha256 != now.golden_sha256:
-        header += "\nwarning: the golden set differs between the two; a change may be the set's, not the ranking's"
+    for what, a, b in (("golden set", before.golden_sha256, now.golden_sha256),
+                       ("corpus", before.corpus_sha256, now.corpus_sha256)):
+        if a and b and a != b:
+            header += f"\nwarning: the {what} differs between the two (sha256 {a[:12]} -> {b[:12]}); a change may be " \
+                      f"the {what}'s, not the ranking's"
     return header + "\n" + _table(rows), problems
 
 
-def _profile_note(run: RunFolder, before: RunFolder, allow_different: bool) -> str | None:
-    """None when both runs were measured the same way; a note when allowed to differ; InputError otherwise."""
-    if run.server_profile is None or before.server_profile is None:
-        return (f"note: run {(before if before.server_profile is None else run).run_id} records no server profile "
-                "(written before rqsweep kept one): whether both runs were ranked alike is not checked")
-    if comparable_profile(run.server_profile) == comparable_profile(before.server_profile):
+def _profile_note(before: Snapshot, now: Snapshot, allow_different: bool) -> str | None:
+    """None when both were measured the same way; a note when allowed to differ; InputError otherwise."""
+    if now.profile is None or before.profile is None:
+        return (f"note: {(before if before.profile is None else now).source} records no server profile "
+                "(written before rqsweep kept one): whether both were ranked alike is not checked")
+    differences = profile_differences(before.profile, now.profile)
+    if not differences:
         return None
-    both = (f"run {before.run_id} was measured on {describe_profile(before.server_profile)}; run {run.run_id} on "
-            f"{describe_profile(run.server_profile)}")
+    both = (f"{before.source} was measured on {describe_profile(before.profile)}; {now.source} on "
+            f"{describe_profile(now.profile)} ({'; '.join(differences)})")
     if allow_different:
         return f"warning: {both} (compared as asked by --allow-different)"
-    raise InputError(before.path / "grid.parquet", "rqsweep.server_profile",
+    raise InputError(before.file, "server_profile" if before.file.suffix == ".json" else "rqsweep.server_profile",
                      f"{both}: their numbers measure different rankings, so the gate does not compare them; "
                      "pass --allow-different to compare anyway")
 
@@ -175,19 +201,14 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
          allow_different: bool = False) -> GateResult:
     """Gate run folder `current` against a previous run folder and/or a gate file (either may be None).
 
-    Structure is always checked; direction against each reference given. A previous run measured with
-    another backend or server profile raises InputError unless `allow_different`.
+    Structure is always checked; direction against each reference given. A reference measured with another
+    backend, embedder or server profile raises InputError unless `allow_different`.
     """
-    run = read_run_folder(current)
-    now = _snapshot(run)
-    references, notes = [], []
-    if previous is not None:
-        before = read_run_folder(previous)
-        note = _profile_note(run, before, allow_different)
-        notes = [note] if note else []
-        references.append(_snapshot(before))
+    now = run_snapshot(current)
+    references = [run_snapshot(previous)] if previous is not None else []
     if gate_file is not None:
         references.append(read_gate_file(gate_file))
+    notes = [note for ref in references if (note := _profile_note(ref, now, allow_different))]
     problems = _structure(now, set().union(*(ref.slices.keys() for ref in references)))
     sections = []
     for ref in references:
@@ -211,6 +232,10 @@ def _json_number(metric: str, value: float | None) -> str:
     return str(value) if metric == "queries" else f"{value:.{DECIMALS}f}"
 
 
+def _profile_kept(profile: dict | None) -> dict | None:
+    return None if profile is None else {k: v for k, v in profile.items() if k != "base_url"}
+
+
 def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
     """A gate file's text: stable key order and one slice per line, so a diff reads as before / after."""
     width = max(len(json.dumps(s)) for s in snapshot.slices) + 1
@@ -220,6 +245,9 @@ def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
         f'  "config": {json.dumps(config)},',
         f'  "run_id": {json.dumps(run_id)},',
         f'  "golden_sha256": {json.dumps(snapshot.golden_sha256)},',
+        f'  "corpus_sha256": {json.dumps(snapshot.corpus_sha256)},',
+        # Where the server was is the machine's business, not the committed file's.
+        f'  "server_profile": {json.dumps(_profile_kept(snapshot.profile), sort_keys=True)},',
         f'  "setting": {json.dumps(snapshot.setting)},',
         '  "slices": {',
     ]

@@ -35,6 +35,7 @@ class RunFolder:
     definitions: dict[str, str]  # what each column means, metrics included (`rqsweep.metrics` metadata)
     server_profile: dict | None = None  # what produced the rankings (`backends.base`); None before it was kept
     validation: dict | None = None  # the run's cross-validation (`CrossValidation.as_json`); None when off
+    corpus_sha256: str | None = None  # run.json's hash of the corpus searched (`Corpus.sha256`); None before it was kept
 
     @property
     def run_id(self) -> str:
@@ -148,5 +149,7 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
     definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
     profile = metadata.get(b"rqsweep.server_profile")
     validation = metadata.get(b"rqsweep.validation")
+    corpus_sha256 = load_run_json(path).get("corpus_sha256") if (path / "run.json").exists() else None
     return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions,
-                     json.loads(profile) if profile else None, json.loads(validation) if validation else None)
+                     json.loads(profile) if profile else None, json.loads(validation) if validation else None,
+                     corpus_sha256)

@@ -92,10 +92,10 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
     }, schema=OUTCOME_SCHEMA)
 
 
-# A server profile, as run.json, the Parquet metadata (`rqsweep.server_profile`) and the report keep it:
+# A server profile, as run.json, the Parquet metadata (`rqsweep.server_profile`), gate files and the report keep it:
 # backend, version (when the server states it), ranking (hybrid | pure cosine), knobs_accepted,
 # knobs_refused {knob: the server's answer}, field_names {modern field or route: the server's}, include_flags, signals,
-# mode (embedded | replay | direct), and for HTTP the base_url.
+# mode (embedded | replay | direct), for HTTP the base_url, and for the embedded engine its embedder's identity.
 EMBEDDED_PROFILE = {"backend": "embedded", "version": None, "ranking": "hybrid", "knobs_accepted": list(KNOBS),
                     "knobs_refused": {}, "field_names": {}, "include_flags": True, "signals": True,
                     "mode": "embedded"}
@@ -105,8 +105,25 @@ _INCIDENTAL = ("base_url", "version", "mode")
 
 
 def comparable_profile(profile: dict) -> dict:
-    """The part of a profile that decides what a run's numbers mean."""
-    return {k: v for k, v in profile.items() if k not in _INCIDENTAL}
+    """The part of a profile that decides what a run's numbers mean: of a refused knob, that it was refused, not
+    the server's words (which echo the request, so one server words them differently from run to run)."""
+    kept = {k: v for k, v in profile.items() if k not in _INCIDENTAL}
+    if isinstance(kept.get("knobs_refused"), dict):
+        kept["knobs_refused"] = sorted(kept["knobs_refused"])
+    return kept
+
+
+def profile_differences(before: dict, now: dict) -> list[str]:
+    """What differs between two profiles' comparable parts, one `key before -> now` each; a key one of them does
+    not record (a profile written before rqsweep kept it) is not a difference."""
+    a, b = comparable_profile(before), comparable_profile(now)
+
+    def shown(value: object) -> str:
+        if isinstance(value, (list, dict)):
+            return ", ".join(map(str, value)) or "none"
+        return "unknown" if value is None else str(value)
+
+    return [f"{k.replace('_', ' ')} {shown(a[k])} -> {shown(b[k])}" for k in a if k in b and a[k] != b[k]]
 
 
 def describe_profile(profile: dict) -> str:
@@ -116,7 +133,8 @@ def describe_profile(profile: dict) -> str:
     parts = [f"{profile.get('ranking', 'unknown')} ranking",
              f"{' and '.join(refused)} refused" if refused else "every knob accepted"]
     if profile.get("backend") == "embedded":
-        return "Embedded engine (SOAT-exact): " + "; ".join(parts)
+        embedder = f", embedder {profile['embedder']}" if profile.get("embedder") else ""
+        return f"Embedded engine (SOAT-exact){embedder}: " + "; ".join(parts)
     names = profile.get("field_names") or {}
     if names:
         parts.append("older names (" + ", ".join(f"{a} as {b}" for a, b in names.items()) + ")")
@@ -125,4 +143,5 @@ def describe_profile(profile: dict) -> str:
     parts.append("results with signals" if profile.get("signals") else "results without signals")
     parts.append(f"{profile.get('mode')} mode")
     version = profile.get("version") or "(version not stated)"
-    return f"SOAT {version} at {profile.get('base_url')}: " + "; ".join(parts)
+    where = f" at {profile['base_url']}" if profile.get("base_url") else ""
+    return f"SOAT {version}{where}: " + "; ".join(parts)

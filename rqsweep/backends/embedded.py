@@ -99,7 +99,6 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
-    profile = EMBEDDED_PROFILE
     ROWS_PER_CHECKPOINT = 1_000_000  # (setting, query) rows a batch holds in memory, and the run's end reads at once
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
@@ -108,6 +107,7 @@ class EmbeddedBackend:
         """`cluster`: the Dask cluster to use (and close) with `workers.backend: dask` (None: connect to it here);
         `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress)."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
+        self.profile = {**EMBEDDED_PROFILE, "embedder": index.embedder.identity}
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
         self.advance = advance
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
