@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import signal
 import subprocess
@@ -268,7 +269,9 @@ def test_the_gate_refuses_an_embedded_run_against_an_old_server_run(tmp_path, ol
     assert cli.main(["gate", str(embedded_dir), str(old_dir)]) == 2
     err = capsys.readouterr().err
     assert f"was measured on SOAT {VERSION} at {old_server}: pure cosine ranking" in err
-    assert "on Embedded engine (SOAT-exact): hybrid ranking; every knob accepted" in err
+    assert re.search(r"on Embedded engine \(SOAT-exact\), embedder feature-hash/\d+: hybrid ranking; every knob accepted",
+                     err)
+    assert "(backend http -> embedded; ranking pure cosine -> hybrid;" in err
     assert "pass --allow-different" in err
     code = cli.main(["gate", str(embedded_dir), str(old_dir), "--allow-different", "--tolerance", "1"])
     out = capsys.readouterr().out
