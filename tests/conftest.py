@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.finished_runs import FinishedRuns, assert_knob_columns_match_ids
 from tests.pgserver import PostgresUnavailable, start_cluster
 
 
@@ -25,3 +26,15 @@ def pg(pg_dsn):
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         yield conn
+
+
+_finished_runs = FinishedRuns()
+
+
+@pytest.fixture(autouse=True)
+def finished_runs_agree_with_their_setting_ids(tmp_path_factory):
+    """Every run folder a test finished (in its own process or a subprocess, under pytest's temporary folders)
+    passes `assert_knob_columns_match_ids`."""
+    yield
+    for run_dir in _finished_runs.new_under(tmp_path_factory.getbasetemp()):
+        assert_knob_columns_match_ids(run_dir)

@@ -57,7 +57,11 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     run_dir.mkdir(parents=True, exist_ok=True)
     write_parquet(run_dir / "grid.parquet", grid,
                   metadata if cv is None else {**metadata, "rqsweep.validation": json.dumps(cv.as_json())})
-    queries = queries.with_columns(pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
+    knobs = pl.DataFrame([{"setting_id": sid, **Knobs.from_id(sid).columns()} for sid in queries["setting_id"].unique()],
+                         schema={"setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64,
+                                 "recency_half_life_days": pl.Float64})
+    queries = queries.cast({"setting_id": pl.String}).join(knobs, on="setting_id", how="left", maintain_order="left").with_columns(
+        pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
     write_parquet(run_dir / "queries.parquet", queries, metadata)
     info = {"run_id": run_id, "status": "complete"}
     if corpus_sha256 is not None:
