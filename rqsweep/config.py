@@ -8,6 +8,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -296,6 +297,95 @@ def _workers(top: Section) -> WorkersConfig:
 
 
 @dataclass(frozen=True)
+class SliceRule:
+    """How queries of a layout without slices (BEIR, TREC) get theirs: exactly one of the three is set."""
+
+    field: str | None = None  # a field of the query's row (BEIR's queries.jsonl, or its `metadata`)
+    file: Path | None = None  # a sidecar of `query-id<TAB>slice` lines
+    pattern: str | None = None  # a regular expression on the query id: its group `slice` (or its first group)
+
+
+@dataclass(frozen=True)
+class GoldenRules:
+    """What a golden set's path alone does not say (`golden: {path, split, topics, slices}`)."""
+
+    split: str = "test"  # BEIR: qrels/<split>.tsv
+    topics: Path | None = None  # TREC: the topics file that goes with the qrels at `golden.path`
+    slices: SliceRule | None = None
+
+
+@dataclass(frozen=True)
+class CorpusFiles:
+    """A corpus read from a folder of pages (`corpus: {path, glob, as_of}`)."""
+
+    glob: tuple[str, ...] = ("**/*.md", "**/*.txt")
+    as_of: datetime | None = None  # a memory's `updated_at` is aged to this instant (default: when the run starts)
+
+
+def parse_time(value: object) -> datetime | None:
+    """A date or time as YAML or an ISO 8601 string gives it, in UTC when it names no zone; None when it is not one."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _slice_rule(sec: Section, base: Path) -> SliceRule:
+    sec.only("field", "file", "pattern")
+    given = [k for k in ("field", "file", "pattern") if k in sec.data]
+    if len(given) != 1:
+        raise InputError(sec.file, sec.path, "give exactly one of `field` (of the query), `file` (a sidecar of "
+                                             "query-id<TAB>slice lines) or `pattern` (a regular expression on the id)")
+    value = sec.get(given[0], str, check=lambda v: bool(v.strip()), rule="expected a non-empty string")
+    if given[0] == "pattern":
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise sec.fail("pattern", value, f"not a regular expression: {exc}") from None
+        if compiled.groups == 0:
+            raise sec.fail("pattern", value, "needs a group that captures the slice, e.g. ^(?P<slice>[a-z]+)-")
+    if given[0] == "file":
+        return SliceRule(file=(base / value).resolve())
+    return SliceRule(**{given[0]: value})
+
+
+def _golden(top: Section, base: Path) -> tuple[Path, GoldenRules]:
+    if not isinstance(top.data.get("golden"), dict):
+        return (base / top.get("golden", str)).resolve(), GoldenRules()
+    sec = top.section("golden").only("path", "split", "topics", "slices")
+    topics = sec.get("topics", str, None)
+    rules = GoldenRules(
+        split=sec.get("split", str, "test", lambda v: bool(v) and "/" not in v, "expected a split name such as test"),
+        topics=(base / topics).resolve() if topics else None,
+        slices=_slice_rule(sec.section("slices"), base) if sec.data.get("slices") is not None else None)
+    return (base / sec.get("path", str)).resolve(), rules
+
+
+def _corpus(top: Section, base: Path) -> tuple[Path | None, CorpusFiles]:
+    if not isinstance(top.data.get("corpus"), dict):
+        corpus = top.get("corpus", str, None)
+        return ((base / corpus).resolve() if corpus else None), CorpusFiles()
+    sec = top.section("corpus").only("path", "glob", "as_of")
+    pattern = sec.data.get("glob", list(CorpusFiles.glob))
+    globs = [pattern] if isinstance(pattern, str) else pattern
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
+        raise sec.fail("glob", pattern, "expected a glob such as '**/*.md', or a list of them")
+    as_of = sec.data.get("as_of")
+    if as_of is not None:
+        as_of = parse_time(as_of)
+        if as_of is None:
+            raise sec.fail("as_of", sec.data["as_of"], "expected a date or a time, e.g. 2026-12-01 or "
+                                                       "2026-12-01T09:00:00Z")
+    return (base / sec.get("path", str)).resolve(), CorpusFiles(tuple(globs), as_of)
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     path: Path
@@ -315,6 +405,9 @@ class JobConfig:
     workers: WorkersConfig
     output_dir: Path
     validation: Validation | None = Validation()
+    golden_rules: GoldenRules = GoldenRules()
+    corpus_files: CorpusFiles = CorpusFiles()
+    relevance_level: int = 1  # binary metrics count an expected item graded at least this (pytrec_eval's default)
 
     def relative(self, path: Path) -> str:
         """`path` as run outputs record it: relative to the config's folder, so no home folder leaks into them."""
@@ -555,10 +648,11 @@ def load_config(path: Path) -> JobConfig:
     raw_bytes, data = read_data(path, "config")
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
-        "objective", "constraints", "metrics", "workers", "output_dir", "validation",
+        "objective", "constraints", "metrics", "workers", "output_dir", "validation", "relevance_level",
     )
     base = path.parent
-    corpus = top.get("corpus", str, None)
+    corpus, corpus_files = _corpus(top, base)
+    golden, golden_rules = _golden(top, base)
     backend = top.section("backend", {"kind": "embedded"})
     kind = backend.choice("kind", ("embedded", "http"), "embedded")
     search = top.section("search", {}).only(
@@ -578,8 +672,8 @@ def load_config(path: Path) -> JobConfig:
         name=top.get("name", str, path.stem, lambda v: v.replace("-", "").replace("_", "").isalnum(),
                      "use letters, digits, '-' and '_' (it names the results folder)"),
         path=path.resolve(), sha256=hashlib.sha256(raw_bytes).hexdigest(), raw=data,
-        corpus=(base / corpus).resolve() if corpus else None,
-        golden=(base / top.get("golden", str)).resolve(),
+        corpus=corpus,
+        golden=golden,
         backend=_embedded(backend) if kind == "embedded" else _http(backend),
         limit=search.get("limit", int, 10, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
         scope=_scope(search),
@@ -591,5 +685,8 @@ def load_config(path: Path) -> JobConfig:
         workers=_workers(top),
         output_dir=(base / out).resolve(),
         validation=read_validation(top.data.get("validation"), path),
+        golden_rules=golden_rules,
+        corpus_files=corpus_files,
+        relevance_level=top.get("relevance_level", int, 1, lambda v: v >= 1, "must be an integer grade >= 1"),
     )
 

@@ -9,9 +9,9 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
-from rqsweep.config import Chunking
+from rqsweep.config import Chunking, CorpusFiles
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 
@@ -110,13 +110,15 @@ def _known_fields(row: object, allowed: set[str], file: Path, where: str) -> dic
     return row
 
 
-def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
-    """Validate raw document and memory rows (rqsweep's format and SOAT's golden corpus alike)."""
+def corpus_from_rows(documents: object, memories: object, file: Path,
+                     where_is: Callable[[str, int], str] = lambda kind, i: f"{kind}[{i}]") -> Corpus:
+    """Validate raw document and memory rows (rqsweep's format and SOAT's golden corpus alike); `where_is` names
+    the i-th row of a kind in errors."""
     if not isinstance(documents, list) or not isinstance(memories, list):
         raise InputError(file, "corpus", "expected lists under `documents` and `memories`")
     docs, mems, seen = [], [], {}
     for i, row in enumerate(documents):
-        where = f"documents[{i}]"
+        where = where_is("documents", i)
         row = _known_fields(row, {"key", "path", "title", "content", "tags", "metadata"}, file, where)
         docs.append(Document(
             key=_text(row, "key", file, where), content=_text(row, "content", file, where),
@@ -124,7 +126,7 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
             tags=_tags(row.get("tags"), file, f"{where}.tags"),
         ))
     for i, row in enumerate(memories):
-        where = f"memories[{i}]"
+        where = where_is("memories", i)
         row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
         age = row.get("age_days", 0)
         if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < math.inf:
@@ -136,8 +138,8 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
             key=_text(row, "key", file, where), content=_text(row, "content", file, where),
             store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=float(age),
         ))
-    for where, item in [(f"documents[{i}]", d) for i, d in enumerate(docs)] + [
-        (f"memories[{i}]", m) for i, m in enumerate(mems)
+    for where, item in [(where_is("documents", i), d) for i, d in enumerate(docs)] + [
+        (where_is("memories", i), m) for i, m in enumerate(mems)
     ]:
         if item.key in seen:
             raise InputError(file, f"{where}.key", f"duplicate key {shown(item.key)} (first at {seen[item.key]})")
@@ -145,8 +147,32 @@ def corpus_from_rows(documents: object, memories: object, file: Path) -> Corpus:
     return Corpus(tuple(docs), tuple(mems))
 
 
-def load_corpus(path: Path) -> Corpus:
-    """Read a corpus file in rqsweep's format (YAML or JSON with `documents` and `memories`)."""
+def _corpus_lines(rows: list, file: Path) -> tuple[list, list, Callable[[str, int], str]]:
+    """JSON lines of documents and memories: each row a document unless its `source_type` says memory."""
+    kinds: dict[str, list] = {"documents": [], "memories": []}
+    lines: dict[str, list[int]] = {"documents": [], "memories": []}
+    for n, row in enumerate(rows, 1):
+        row = _known_fields(row, {"source_type", "key", "path", "title", "content", "tags", "metadata", "age_days",
+                                  "memory", "store"}, file, f"line {n}")
+        kind = {"document": "documents", "memory": "memories"}.get(row.get("source_type", "document"))
+        if kind is None:
+            raise InputError(file, f"line {n}.source_type", f"expected document or memory, got "
+                                                            f"{shown(row['source_type'])}")
+        kinds[kind].append({k: v for k, v in row.items() if k != "source_type"})
+        lines[kind].append(n)
+    return kinds["documents"], kinds["memories"], lambda kind, i: f"line {lines[kind][i]}"
+
+
+def load_corpus(path: Path, files: CorpusFiles = CorpusFiles()) -> Corpus:
+    """Read a corpus: rqsweep's file (YAML or JSON with `documents` and `memories`), JSON lines of documents and
+    memories, or a folder of pages (rqsweep.pages)."""
+    if path.is_dir():
+        from rqsweep.pages import read_pages  # the pages' reader builds on this module's rows
+
+        return read_pages(path, files)
     _, data = read_data(path, "corpus")
+    if path.suffix.lower() == ".jsonl":
+        documents, memories, where_is = _corpus_lines(data, path)
+        return corpus_from_rows(documents, memories, path, where_is)
     data = _known_fields(data, {"documents", "memories"}, path, "")
     return corpus_from_rows(data.get("documents", []), data.get("memories", []), path)

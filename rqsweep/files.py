@@ -109,8 +109,13 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
             raise InputError(path, "", f"not valid JSON: {exc.msg} (line {exc.lineno})") from None
         except RecursionError:
             raise InputError(path, "", "not valid JSON: nested too deeply") from None
+    return raw, load_yaml(text, path)
+
+
+def load_yaml(text: str, path: Path) -> object:
+    """YAML text read from `path` (a whole file, or a page's front matter): aliases and duplicate keys refused."""
     try:
-        return raw, yaml.load(text, Loader=_UserLoader)
+        return yaml.load(text, Loader=_UserLoader)
     except _Alias as exc:
         raise InputError(path, exc.where, f"a YAML alias (line {_first_alias_line(text)}): rqsweep's files accept "
                                           "no YAML aliases (*name); write the value out") from None

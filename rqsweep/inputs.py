@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +20,7 @@ class Inputs:
     config: JobConfig
     golden: GoldenSet
     corpus: Corpus
-    corpus_sha256: str | None  # of the corpus file, when it is not inline in the golden set
+    corpus_sha256: str | None  # of the corpus's content (Corpus.sha256), when it is not inline in the golden set
     metrics: tuple[str, ...]  # what the run computes: the config's `metrics:`, plus what objective and constraints use
 
     @property
@@ -50,20 +50,36 @@ def _metric_names(config: JobConfig) -> tuple[str, ...]:
 LARGE_GOLDEN_BYTES = 4_000_000
 
 
+def _check_relevance_level(golden: GoldenSet, config: JobConfig) -> GoldenSet:
+    """Refuse a relevance level no expected item reaches; warn about the queries it leaves without a relevant item."""
+    level = config.relevance_level
+    below = [q.id for q in golden.queries if max(q.grades) < level]
+    if len(below) == len(golden.queries):
+        raise InputError(config.path, "relevance_level", f"{level}: no expected item of {golden.path.name} is graded "
+                                                         f"{level} or more (its highest grade: "
+                                                         f"{max(max(q.grades) for q in golden.queries)})")
+    if not below:
+        return golden
+    warning = (f"{len(below)} queries have no item graded {level} or more (first: {shown(below[0])}): the binary "
+               "metrics score them 0 at every setting, as trec_eval does")
+    return replace(golden, warnings=(*golden.warnings, warning))
+
+
 def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: None) -> Inputs:
     """Read and cross-check everything a run needs before any search is made."""
     config = load_config(config_path)
     names = _metric_names(config)
-    corpus = load_corpus(config.corpus) if config.corpus else None
+    corpus = load_corpus(config.corpus, config.corpus_files) if config.corpus else None
     size = config.golden.stat().st_size if config.golden.is_file() else 0
     if size > LARGE_GOLDEN_BYTES:
         faster = "; JSON lines (.jsonl) read several times faster" if config.golden.suffix in (".yaml", ".yml") else ""
         log(f"reading golden set {config.relative(config.golden)} ({size / 1e6:.0f} MB){faster}")
     started = time.monotonic()
-    golden = load_golden(config.golden, corpus)
+    golden = load_golden(config.golden, corpus, config.golden_rules, config.path)
     if size > LARGE_GOLDEN_BYTES:
         log(f"golden set: {len(golden.queries):,} queries read in {time.monotonic() - started:.1f}s")
-    corpus_sha256 = hashlib.sha256(config.corpus.read_bytes()).hexdigest() if config.corpus else None
+    corpus_sha256 = corpus.sha256 if corpus else None
+    golden = _check_relevance_level(golden, config)
     slices = set(golden.slices) | {OVERALL, "*"}
     for i, c in enumerate(config.constraints):
         if c.slice not in slices:

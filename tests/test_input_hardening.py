@@ -162,17 +162,18 @@ def soat_golden(folder: Path, version: object) -> Path:
     return path
 
 
-def test_a_soat_golden_set_of_an_unknown_version_is_refused(tmp_path, capsys):
+def test_soat_golden_sets_of_versions_1_to_4_run_and_others_are_refused(tmp_path, capsys):
     config = write_job(tmp_path, corpus=None, golden="golden.json")
-    soat_golden(tmp_path, 1)
-    code, err = cli(capsys, config, "--dry-run")
-    assert code == 0, err
-    soat_golden(tmp_path, 2)
-    refused_before_any_work(capsys, config, "golden.json: version: 2: ", "supported: 1")
+    for version in (1, 2, 3, 4):
+        soat_golden(tmp_path, version)
+        code, err = cli(capsys, config, "--dry-run")
+        assert code == 0, err
+    soat_golden(tmp_path, 5)
+    refused_before_any_work(capsys, config, "golden.json: version: 5: ", "supported: 1, 2, 3, 4")
     soat_golden(tmp_path, "1")
-    refused_before_any_work(capsys, config, "golden.json: version: '1': ", "supported: 1")
+    refused_before_any_work(capsys, config, "golden.json: version: '1': ", "supported: 1, 2, 3, 4")
     soat_golden(tmp_path, None)
-    refused_before_any_work(capsys, config, "golden.json: version: ", "supported: 1")
+    refused_before_any_work(capsys, config, "golden.json: version: ", "supported: 1, 2, 3, 4")
 
 
 # Item 13: outputs carry no absolute path (home folders included) and honour the umask.

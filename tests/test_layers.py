@@ -12,7 +12,7 @@ STEPS = [
     ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.progress",
      "rqsweep.pacing"),
     ("rqsweep.config",),
-    ("rqsweep.corpus", "rqsweep.golden"),
+    ("rqsweep.corpus", "rqsweep.pages", "rqsweep.golden"),
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),
     ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation"),

@@ -1,0 +1,109 @@
+"""Golden sets: labelled queries `{slice, query, expected}` in the common layouts, validated against their corpus.
+
+One reader per layout (own.py: rqsweep's rows, CSV and TSV; soat.py: SOAT's golden.json; qrels.py: BEIR and
+TREC), each giving rows (rows.py) that the slice rule (slices.py) and the validation here turn into a `GoldenSet`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+from rqsweep.config import GoldenRules
+from rqsweep.corpus import Corpus
+from rqsweep.errors import InputError, shown
+from rqsweep.files import read_data
+from rqsweep.golden.model import OVERALL, Expected, GoldenQuery, GoldenSet, SourceType
+from rqsweep.golden.own import read_rows, read_table
+from rqsweep.golden.qrels import read_beir, read_trec
+from rqsweep.golden.rows import FORMATS, Layout, unsupported
+from rqsweep.golden.slices import assign_slices
+from rqsweep.golden.soat import VERSIONS as SOAT_GOLDEN_VERSIONS
+from rqsweep.golden.soat import read_soat
+
+__all__ = ["OVERALL", "Expected", "GoldenQuery", "GoldenSet", "SourceType", "FORMATS", "SOAT_GOLDEN_VERSIONS",
+           "load_golden"]
+
+
+def _layout(path: Path, rules: GoldenRules) -> Layout:
+    """Read `path` in the layout it is in, or refuse it naming the layouts that are read."""
+    if rules.topics is not None:
+        return read_trec(path, rules.topics)
+    if path.is_dir():
+        return read_beir(path, rules.split)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
+        return read_table(path, raw)
+    if suffix in (".qrels", ".txt") and path.is_file():
+        raise unsupported(path, "TREC qrels need their topics: golden: {path: QRELS, topics: TOPICS}")
+    if suffix not in (".yaml", ".yml", ".json", ".jsonl"):
+        if not path.exists():
+            raise InputError(path, "", "cannot read golden set: No such file or directory")
+        raise unsupported(path, f"{shown(suffix or path.name)}: not a golden-set layout rqsweep reads")
+    raw, data = read_data(path, "golden set")
+    if isinstance(data, dict) and "queries" in data:
+        return read_soat(path, data, raw)
+    return read_rows(path, data, raw)
+
+
+def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = GoldenRules(),
+                config: Path | None = None) -> GoldenSet:
+    """Load and validate a golden set against its corpus (given, or the one its layout carries).
+
+    Every expected key must exist, ids must be unique and slice names non-empty; items graded 0 or below are
+    not relevant and are dropped, and a query left with none is not run; duplicate query texts are allowed.
+    Both are reported in `warnings`, as is a golden set without slices (`config` is named by slice-rule errors).
+    """
+    layout = _layout(path, rules)
+    if corpus is None:
+        corpus = layout.corpus
+    if corpus is None:
+        raise InputError(path, "", "no corpus: name one in the config (`corpus:`), or use a layout that carries its "
+                                   "corpus (SOAT's golden.json, a BEIR folder)")
+    warnings = list(assign_slices(layout.rows, rules.slices, config))
+    if rules.slices is not None and rules.slices.file is not None:
+        layout.raw.append(rules.slices.file.read_bytes())
+    types = {d.key: "document" for d in corpus.documents} | {m.key: "memory" for m in corpus.memories}
+    queries, ids, unjudged = [], {}, []
+    for row in layout.rows:
+        if row.id in ids:
+            raise InputError(row.file, f"{row.where}.id", f"duplicate query id {shown(row.id)} (first at {ids[row.id]})")
+        ids[row.id] = row.where
+        if row.slice == OVERALL:
+            raise InputError(row.file, f"{row.where}.slice", f"{OVERALL!r} is reserved for the figure over all queries")
+        expected: dict[str, Expected] = {}
+        for j, (stype, key, grade) in enumerate(row.expected):
+            where = f"{row.where}.expected[{j}]"
+            if key in expected and expected[key].grade != grade:
+                raise InputError(row.file, where, f"key {shown(key)} is graded twice ({expected[key].grade}, {grade})")
+            if grade <= 0:
+                continue
+            if key not in types:
+                raise InputError(row.file, where, f"key {shown(key)} (query {shown(row.id)}) does not exist in the "
+                                                  "corpus")
+            if stype is not None and stype != types[key]:
+                raise InputError(row.file, where, f"key {shown(key)} is a {types[key]}, not a {stype}")
+            expected[key] = Expected(types[key], key, grade)
+        if expected:
+            queries.append(GoldenQuery(row.id, row.slice, row.query, tuple(expected.values())))
+        else:
+            unjudged.append(row.id)
+    if not queries:
+        raise InputError(path, "", "the golden set has no queries" + (" with an item graded 1 or more" * bool(unjudged)))
+    if unjudged:
+        warnings.append(f"{len(unjudged)} queries have no item graded 1 or more and are not run (first: "
+                        f"{shown(unjudged[0])})")
+    if layout.unjudged:
+        warnings.append(f"{layout.unjudged} queries of the queries file are not judged in the qrels and are not run")
+    dupes = [t for t, n in Counter(q.query for q in queries).items() if n > 1]
+    warnings += [f"query text {shown(t)} appears more than once" for t in dupes]
+    digest = hashlib.sha256()
+    for raw in layout.raw:
+        digest.update(hashlib.sha256(raw).digest())
+    sha256 = digest.hexdigest() if len(layout.raw) > 1 else hashlib.sha256(layout.raw[0]).hexdigest()
+    return GoldenSet(path, sha256, tuple(queries), layout.corpus, tuple(warnings), layout.name)

@@ -1,0 +1,81 @@
+"""rqsweep's own golden rows: YAML or JSON lines, and CSV or TSV with named columns."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from rqsweep.errors import InputError, shown
+from rqsweep.golden.rows import Layout, Row, grade, text, unsupported
+
+FIELDS = ("id", "slice", "query", "expected")
+
+
+def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, str, int]]:
+    """A key, a list of keys (grade 1 each), or a mapping key -> grade."""
+    if isinstance(value, dict):
+        items = [(k, grade(g, path, f"{where}.{k}")) for k, g in value.items()]
+    else:
+        items = [(k, 1) for k in (value if isinstance(value, list) else [value])]
+    if not items or not all(isinstance(k, str) and k for k, _ in items):
+        raise InputError(path, where, f"expected a key, a non-empty list of keys or a mapping key -> grade, "
+                                      f"got {shown(value)}")
+    return [(None, k, g) for k, g in items]
+
+
+def _row(row: object, i: int, path: Path, where: str) -> Row:
+    if not isinstance(row, dict):
+        raise InputError(path, where, f"expected a mapping, got {shown(row)}")
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise InputError(path, f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(FIELDS)})")
+    qid = row.get("id", f"q{i + 1:04d}")
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise InputError(path, f"{where}.id", f"expected a string, got {shown(qid)}")
+    slice_ = text(row, "slice", path, where) if row.get("slice") is not None else None
+    return Row(path, where, str(qid), slice_, text(row, "query", path, where),
+               _expected(row.get("expected"), path, f"{where}.expected"))
+
+
+def read_rows(path: Path, data: object, raw: bytes) -> Layout:
+    """rqsweep's rows, as YAML or JSON (lines) gave them."""
+    if not isinstance(data, list):
+        raise unsupported(path, f"expected a list of {{id?, slice, query, expected}} rows, got {shown(data, 40)}")
+    return Layout("rqsweep", [_row(row, i, path, f"[{i}]") for i, row in enumerate(data)], None, [raw])
+
+
+def _split_keys(cell: str) -> dict[str, str] | list[str]:
+    """`a;b` -> [a, b]; `a=3;b=1` -> {a: "3", b: "1"} (every key graded, or none)."""
+    keys = [k.strip() for k in cell.split(";") if k.strip()]
+    if keys and all("=" in k for k in keys):
+        return {k.rpartition("=")[0].strip(): k.rpartition("=")[2].strip() for k in keys}
+    return keys
+
+
+def read_table(path: Path, raw: bytes) -> Layout:
+    """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id and slice optional."""
+    try:
+        content = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+    reader = csv.DictReader(io.StringIO(content, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    header = [h.strip() for h in reader.fieldnames or []]
+    missing = [c for c in ("query", "expected") if c not in header]
+    if missing:
+        raise unsupported(path, f"line 1: the header {shown(','.join(header), 60)} names no {' and no '.join(missing)} "
+                                "column")
+    unknown = [h for h in header if h not in FIELDS]
+    if unknown:
+        raise InputError(path, "line 1", f"unknown column {shown(unknown[0])} (allowed: {', '.join(FIELDS)})")
+    reader.fieldnames = header
+    rows = []
+    for i, cells in enumerate(reader):
+        where = f"line {reader.line_num}"
+        if None in cells:
+            raise InputError(path, where, f"{len(header) + len(cells[None])} cells, the header names {len(header)}")
+        row = {k: v.strip() for k, v in cells.items() if v is not None and v.strip()}
+        if "expected" in row:
+            row["expected"] = _split_keys(row["expected"])
+        rows.append(_row(row, i, path, where))
+    return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", rows, None, [raw])

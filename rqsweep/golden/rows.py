@@ -1,0 +1,55 @@
+"""A golden set as its layout gives it, before validation: rows of id, slice, query and graded keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rqsweep.corpus import Corpus
+from rqsweep.errors import InputError, shown
+
+# Said by every refusal of a layout, so that the user learns what would have been read.
+FORMATS = ("formats read: rqsweep's rows in YAML or JSON lines (.yaml, .yml, .jsonl: {id?, slice, query, expected}); "
+           "CSV or TSV with a header naming query and expected (id and slice optional, ';' between keys, key=grade "
+           "for a grade); SOAT's golden.json (versions 1 to 4); a BEIR folder (corpus.jsonl, queries.jsonl, "
+           "qrels/<split>.tsv); TREC qrels with a topics file (golden: {path: QRELS, topics: TOPICS})")
+
+
+@dataclass
+class Row:
+    file: Path  # where the row was read, for errors
+    where: str  # its key path or line there
+    id: str
+    slice: str | None  # None: the layout has none (BEIR, TREC) and the config's slice rule gives it
+    query: str
+    expected: list[tuple[str | None, str, int]]  # (source type when the layout says it, key, grade)
+    fields: dict = field(default_factory=dict)  # the query's other fields, for a slice rule by field
+
+
+@dataclass
+class Layout:
+    name: str  # e.g. "BEIR (split test)"
+    rows: list[Row]
+    corpus: Corpus | None  # when the layout carries its corpus
+    raw: list[bytes]  # every file read, in a fixed order: what the golden set's hash covers
+    unjudged: int = 0  # queries of a qrels layout's queries file that its qrels do not judge (not run)
+
+
+def unsupported(path: Path, what: str) -> InputError:
+    return InputError(path, "", f"{what}; {FORMATS}")
+
+
+def text(row: dict, name: str, path: Path, where: str) -> str:
+    value = row.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {shown(value)}")
+    return value
+
+
+def grade(value: object, path: Path, where: str) -> int:
+    """A relevance grade: an integer (qrels write them as text)."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(path, where, f"expected an integer relevance grade, got {shown(value)}")
+    return value
