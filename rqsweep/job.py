@@ -71,6 +71,7 @@ class Sweep:
         self.progress = progress
         self.baseline_id = self.config.baseline.id
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
+        self._grades = {q.id: q.grades for q in self.golden.queries} if self.golden.graded else None
         self._baseline_rows: pl.DataFrame | None = None
         self.searching = 0.0  # seconds inside the backend's evaluate: the searches alone
 
@@ -101,7 +102,7 @@ class Sweep:
 
     def scored(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Outcome rows with their slice, first relevant rank and every metric's per-query value."""
-        return metrics.score_queries(rows, self.inputs.metrics).with_columns(
+        return metrics.score_queries(rows, self.inputs.metrics, self._grades, self.config.relevance_level).with_columns(
             pl.col("query_id").replace_strict(self._slice_of, return_dtype=pl.String).alias("slice"))
 
     def score(self, settings: list[Knobs]):
@@ -221,7 +222,7 @@ def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
         "rqsweep.server_profile": json.dumps(profile),
         "rqsweep.version": __version__,
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
-        "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics)),
+        "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics, inputs.config.relevance_level)),
         "rqsweep.golden": inputs.config.relative(inputs.golden.path),
         "rqsweep.strategy": inputs.config.sweep.strategy,
     }
@@ -248,7 +249,7 @@ def dry_run(config_path: Path) -> str:
     corpus = inputs.corpus
     lines = [
         f"config {config.path} ({config.name}): valid",
-        f"golden set {golden.path}: {len(golden.queries)} queries in {len(golden.slices)} slices "
+        f"golden set {golden.path} ({golden.layout}): {len(golden.queries)} queries in {len(golden.slices)} slices "
         f"({', '.join(golden.slices)})",
         f"corpus: {len(corpus.documents)} documents, {len(corpus.memories)} memories",
         f"metrics: {', '.join(inputs.metrics)}",

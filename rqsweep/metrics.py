@@ -3,7 +3,8 @@
 Conventions: section 7 of the SOAT contract (shared/docs/soat-knowledge-search.md). A backend
 reports, per (setting, query), the 1-based position of each expected key's first slot in the ranked
 list (0 when absent): positions are raw result positions, so a document holding several slots costs
-all of them. Every metric below is a function of those positions and nothing else, so a metric
+all of them. Every metric below is a function of those positions and of the expected items' grades
+(which stay with the golden set and are joined here, at scoring time) and nothing else, so a metric
 added here is computed for every backend, validated in configs, written to the Parquet grid and
 shown in the report without touching them.
 
@@ -11,25 +12,60 @@ A failed search is not a miss: its row carries an error and no metric, it is lef
 average, and the setting's `errors` count says so. `overall` averages every query and never
 replaces the slices.
 
-Adding a metric: one function decorated with `@metric` (or `@family` for one with a cut-off k,
-named `<family>_at_<k>`), plus its test.
+Graded relevance follows trec_eval (as pytrec_eval and ir_measures report it): nDCG's gain is the
+grade; the binary metrics count an item graded at least the relevance level (default 1).
+tests/test_reference_metrics.py checks every metric against pytrec_eval.
+
+Adding a metric: one function of a `Judged` decorated with `@metric` (or `@family` for one with a
+cut-off k, named `<family>_at_<k>`), plus its test.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from functools import cached_property
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from rqsweep.golden import OVERALL
 
-# (rows, keys) positions, 0 = absent and for padding; (rows,) number of expected keys -> (rows,) values.
-PerQuery = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# (rows, keys) positions and grades of each query's expected items -> (rows,) values.
+PerQuery = Callable[["Judged"], np.ndarray]
 DEFAULT_METRICS = ("recall_at_5", "recall_at_10", "mrr")  # SOAT's eval reports these
 GATED = ("recall_at_10", "mrr")  # SOAT's own gate fails when one of these drops: every run computes them
+GAINS = "trec_eval's: an item's gain is its grade (as ir_measures' nDCG@k and pytrec_eval's ndcg_cut_k)"
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a metric reads, one row per query: where each expected item's first slot is and the item's grade.
+
+    positions: (rows, keys) 1-based, 0 = absent and for padding. grades: (rows, keys), 0 for padding. Binary
+    metrics count an item as relevant when its grade is at least `level` (pytrec_eval's relevance_level, 1 by
+    default), so without grades (every grade 1) every expected item is relevant.
+    """
+
+    positions: np.ndarray
+    grades: np.ndarray
+    level: int = 1
+
+    @classmethod
+    def binary(cls, positions: np.ndarray, n_expected: np.ndarray) -> "Judged":
+        """Every expected item graded 1: the first `n_expected` keys of each row."""
+        return cls(positions, (np.arange(positions.shape[1])[None, :] < np.asarray(n_expected)[:, None]).astype(
+            np.int64))
+
+    @cached_property
+    def relevant(self) -> np.ndarray:
+        """The positions of the relevant items only (others 0, as if absent)."""
+        return np.where(self.grades >= self.level, self.positions, 0)
+
+    @cached_property
+    def n_relevant(self) -> np.ndarray:
+        return (self.grades >= self.level).sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -59,10 +95,10 @@ def metric(label: str, definition: str):
 def family(label: str, definition: str):
     """Register a metric family with a cut-off: `<name>_at_<k>` for any k in 1..100."""
 
-    def register(fn: Callable[[np.ndarray, np.ndarray, int], np.ndarray]):
+    def register(fn: Callable[[Judged, int], np.ndarray]):
         def make(k: int) -> Metric:
             return Metric(f"{fn.__name__}_at_{k}", label.format(k=k), definition.format(k=k),
-                          lambda positions, n_expected: fn(positions, n_expected, k))
+                          lambda judged: fn(judged, k))
 
         _FAMILIES[fn.__name__] = make
         return fn
@@ -90,54 +126,61 @@ def _within(positions: np.ndarray, k: int | np.ndarray) -> np.ndarray:
 
 
 def first_relevant_rank(positions: np.ndarray) -> np.ndarray:
-    """(rows, keys) positions -> (rows,) position of the first slot held by any expected item, 0 when none."""
+    """(rows, keys) positions -> (rows,) position of the first slot held by any of the items, 0 when none."""
     hit = np.where(positions > 0, positions, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max)
     return np.where(hit == np.iinfo(np.int64).max, 0, hit)
 
 
-@family("recall@{k}", "|expected items in the top {k}| / |expected items|")
-def recall(positions: np.ndarray, n_expected: np.ndarray, k: int) -> np.ndarray:
-    return _within(positions, k).sum(axis=1) / n_expected
+# A query with no relevant item (every grade below the level) scores 0 on the binary metrics, as in trec_eval.
+
+@family("recall@{k}", "|relevant items in the top {k}| / |relevant items|")
+def recall(judged: Judged, k: int) -> np.ndarray:
+    return _within(judged.relevant, k).sum(axis=1) / np.maximum(judged.n_relevant, 1)
 
 
-@family("precision@{k}", "|expected items in the top {k}| / {k} (each expected item counted once, at its "
-                         "first slot; other slots of the same document are not relevant)")
-def precision(positions: np.ndarray, n_expected: np.ndarray, k: int) -> np.ndarray:
-    return _within(positions, k).sum(axis=1) / k
+@family("precision@{k}", "|relevant items in the top {k}| / {k} (each item counted once, at its first slot; "
+                         "other slots of the same document are not relevant)")
+def precision(judged: Judged, k: int) -> np.ndarray:
+    return _within(judged.relevant, k).sum(axis=1) / k
 
 
-@family("hit@{k}", "1 when any expected item is in the top {k}, else 0 (success@{k})")
-def hit(positions: np.ndarray, n_expected: np.ndarray, k: int) -> np.ndarray:
-    return _within(positions, k).any(axis=1).astype(np.float64)
+@family("hit@{k}", "1 when any relevant item is in the top {k}, else 0 (success@{k})")
+def hit(judged: Judged, k: int) -> np.ndarray:
+    return _within(judged.relevant, k).any(axis=1).astype(np.float64)
 
 
-@family("nDCG@{k}", "binary-gain nDCG: sum of 1/log2(1 + position) over expected items in the top {k}, "
-                    "divided by the same sum for min(|expected|, {k}) items at positions 1, 2, ...")
-def ndcg(positions: np.ndarray, n_expected: np.ndarray, k: int) -> np.ndarray:
-    discounts = 1.0 / np.log2(np.arange(2, k + 2))
-    gains = np.where(_within(positions, k), 1.0 / np.log2(positions + 1.0, where=positions > 0,
+@family("nDCG@{k}", "nDCG with the grades as gains (" + GAINS + "; binary without grades): sum of "
+                    "grade / log2(1 + position) over expected items in the top {k}, divided by the same sum for the "
+                    "{k} best grades at positions 1, 2, ...")
+def ndcg(judged: Judged, k: int) -> np.ndarray:
+    positions, gains = judged.positions, np.maximum(judged.grades, 0).astype(np.float64)
+    dcg = np.where(_within(positions, k), gains / np.log2(positions + 1.0, where=positions > 0,
                                                           out=np.ones(positions.shape)), 0.0).sum(axis=1)
-    ideal = np.concatenate([[0.0], np.cumsum(discounts)])[np.minimum(n_expected, k)]
-    return gains / ideal
+    best = -np.sort(-gains, axis=1)[:, :k]
+    ideal = (best / np.log2(np.arange(2, best.shape[1] + 2))[None, :]).sum(axis=1)
+    return np.divide(dcg, ideal, out=np.zeros_like(dcg), where=ideal > 0)
 
 
-@metric("MRR", "mean over queries of 1/rank, rank being the position of the first slot held by any expected "
+@metric("MRR", "mean over queries of 1/rank, rank being the position of the first slot held by any relevant "
                "item (0 when none is returned)")
-def mrr(positions: np.ndarray, n_expected: np.ndarray) -> np.ndarray:
-    rank = first_relevant_rank(positions)
+def mrr(judged: Judged) -> np.ndarray:
+    rank = first_relevant_rank(judged.relevant)
     return np.where(rank > 0, 1.0 / np.maximum(rank, 1), 0.0)
 
 
-@metric("R-precision", "|expected items in the top R| / R, with R = |expected items|")
-def r_precision(positions: np.ndarray, n_expected: np.ndarray) -> np.ndarray:
-    return _within(positions, n_expected[:, None]).sum(axis=1) / n_expected
+@metric("R-precision", "|relevant items in the top R| / R, with R = |relevant items|")
+def r_precision(judged: Judged) -> np.ndarray:
+    n = judged.n_relevant
+    return _within(judged.relevant, n[:, None]).sum(axis=1) / np.maximum(n, 1)
 
 
-def definitions(names: Sequence[str]) -> dict[str, str]:
+def definitions(names: Sequence[str], level: int = 1) -> dict[str, str]:
     """What each metric of a run means, for the Parquet metadata and the report."""
-    out = {"positions": "per expected key, the 1-based position of its first slot in the returned list "
+    out = {"relevant": f"an expected item graded {level} or more (the relevance level; items without a grade have "
+                       f"grade 1); nDCG's gains are the grades themselves, {GAINS}",
+           "positions": "per expected key, the 1-based position of its first slot in the returned list "
                         "(any chunk of an expected document); null when absent",
-           "rank": "position of the first slot held by any expected item; 0 when none is returned"}
+           "rank": "position of the first slot held by any relevant item; 0 when none is returned"}
     out.update({n: get(n).definition + ", averaged over queries" for n in names})
     out["errors"] = "searches that failed (HTTP error, timeout): excluded from the averages, never scored as rank 0"
     out["slices"] = f"each slice averages its own queries; {OVERALL!r} averages all queries and never replaces them"
@@ -159,14 +202,25 @@ def padded_positions(positions: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
-def score_queries(outcomes: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+def score_queries(outcomes: pl.DataFrame, names: Sequence[str], grades: Mapping[str, Sequence[int]] | None = None,
+                  level: int = 1) -> pl.DataFrame:
     """Per-query outcomes (with `positions` and `error`) -> the same rows with `rank` and each metric's value
-    (null where the search failed)."""
+    (null where the search failed). `grades`: query id -> its expected items' grades, in the order of its
+    positions (the golden set's); None grades every item 1."""
     positions, n_expected = padded_positions(outcomes["positions"])
+    if grades is None:
+        judged = Judged.binary(positions, n_expected)
+    else:
+        ids = list(grades)
+        table = pl.Series([list(grades[i]) for i in ids], dtype=pl.List(pl.Int64))
+        at = outcomes["query_id"].replace_strict({q: n for n, q in enumerate(ids)}, return_dtype=pl.Int64)
+        matrix, _ = padded_positions(table.gather(at))
+        padded = np.zeros(positions.shape, np.int64)
+        padded[:, :min(matrix.shape[1], padded.shape[1])] = matrix[:, :padded.shape[1]]
+        judged = Judged(positions, padded, level)
     failed = outcomes["error"].is_not_null().to_numpy()
-    n = np.maximum(n_expected, 1)
-    columns = {"rank": pl.Series("rank", first_relevant_rank(positions), pl.Int64)}
-    columns.update({m: pl.Series(m, get(m).per_query(positions, n), pl.Float64) for m in names})
+    columns = {"rank": pl.Series("rank", first_relevant_rank(judged.relevant), pl.Int64)}
+    columns.update({m: pl.Series(m, get(m).per_query(judged), pl.Float64) for m in names})
     mask = pl.Series(failed)
     return outcomes.with_columns(pl.when(mask).then(None).otherwise(s).alias(s.name) for s in columns.values())
 

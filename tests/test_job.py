@@ -315,7 +315,7 @@ def test_the_metrics_list_adds_registry_metrics_to_the_grid_and_the_query_table(
 
     positions, n = metrics.padded_positions(queries["positions"])
     for name in ("ndcg_at_10", "hit_at_1", "r_precision"):
-        assert queries[name].to_list() == metrics.get(name).per_query(positions, n).tolist()
+        assert queries[name].to_list() == metrics.get(name).per_query(metrics.Judged.binary(positions, n)).tolist()
     # The grid's means are those values averaged per slice.
     means = queries.group_by("setting_id", "slice").agg(pl.col("ndcg_at_10").mean().alias("want"))
     joined = grid.join(means, on=["setting_id", "slice"])

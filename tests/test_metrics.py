@@ -17,7 +17,7 @@ N_EXPECTED = np.array([2, 1, 1, 3])
 
 
 def value(name: str) -> list[float]:
-    return metrics.get(name).per_query(POSITIONS, N_EXPECTED).tolist()
+    return metrics.get(name).per_query(metrics.Judged.binary(POSITIONS, N_EXPECTED)).tolist()
 
 
 def test_recall_counts_expected_items_within_the_cut_off():
@@ -49,7 +49,7 @@ def test_ndcg_uses_binary_gains_and_the_ideal_order_of_min_expected_k_items():
     ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
     assert got[3] == pytest.approx((1 / math.log2(3) + 1 / math.log2(6)) / ideal)
     # With a cut-off below |expected|, the ideal list holds k items only: a perfect top 2 scores 1.
-    assert metrics.get("ndcg_at_2").per_query(np.array([[1, 2, 0]]), np.array([3])).tolist() == [1.0]
+    assert metrics.get("ndcg_at_2").per_query(metrics.Judged.binary(np.array([[1, 2, 0]]), np.array([3]))).tolist() == [1.0]
 
 
 def test_r_precision_cuts_at_the_number_of_expected_items():
@@ -86,3 +86,37 @@ def test_padded_positions_read_sliced_list_columns():
     padded, lengths = metrics.padded_positions(series)
     assert padded.tolist() == [[0, 4, 2], [0, 0, 0], [7, 0, 0]]
     assert lengths.tolist() == [3, 0, 1]
+
+
+def test_ndcg_takes_the_grades_as_gains_and_the_ideal_from_the_best_grades():
+    # Grades 1 and 3; the grade-1 item at position 1, the grade-3 item at position 3.
+    judged = metrics.Judged(np.array([[1, 3]]), np.array([[1, 3]]))
+    dcg = 1 / math.log2(2) + 3 / math.log2(4)
+    ideal = 3 / math.log2(2) + 1 / math.log2(3)
+    assert metrics.get("ndcg_at_10").per_query(judged).tolist() == [pytest.approx(dcg / ideal)]
+    # Cut at 1: the ideal holds the best grade only.
+    assert metrics.get("ndcg_at_1").per_query(judged).tolist() == [pytest.approx(1 / 3)]
+
+
+def test_binary_metrics_count_items_graded_at_least_the_relevance_level():
+    judged = metrics.Judged(np.array([[1, 3, 0]]), np.array([[1, 3, 2]]), level=2)
+    assert metrics.get("mrr").per_query(judged).tolist() == [1 / 3]  # the grade-1 item at 1 is not relevant
+    assert metrics.get("recall_at_5").per_query(judged).tolist() == [0.5]  # one of the two graded >= 2
+    assert metrics.get("precision_at_5").per_query(judged).tolist() == [1 / 5]
+    assert metrics.get("r_precision").per_query(judged).tolist() == [0.0]  # R = 2: position 3 is past it
+    # No item at the level: 0 everywhere, as trec_eval scores a query without relevant documents.
+    none = metrics.Judged(np.array([[1]]), np.array([[1]]), level=3)
+    assert [metrics.get(m).per_query(none).tolist() for m in ("mrr", "recall_at_5", "hit_at_5")] == [[0.0]] * 3
+
+
+def test_score_queries_joins_the_grades_by_query_id():
+    outcomes = pl.DataFrame({
+        "setting_id": ["s"] * 3, "query_id": ["b", "a", "b"],
+        "positions": pl.Series([[1, 2], [4], None], dtype=pl.List(pl.Int64)),
+        "error": [None, None, "timeout"], "tie_sensitive": pl.Series([None] * 3, dtype=pl.Boolean),
+    })
+    scored = metrics.score_queries(outcomes, ["mrr", "ndcg_at_10"], {"a": (2,), "b": (1, 2)}, level=2)
+    assert scored["rank"].to_list() == [2, 4, None]  # b's item at 1 has grade 1, below the level
+    assert scored["mrr"].to_list() == [0.5, 0.25, None]
+    ideal = 2 + 1 / math.log2(3)
+    assert scored["ndcg_at_10"].to_list()[0] == pytest.approx((1 + 2 / math.log2(3)) / ideal)
