@@ -5,6 +5,7 @@
     rqsweep worker CONFIG --storage URL --study NAME   (join a running optimise study)
     rqsweep collect RUN_DIR [--storage URL]            (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
+    rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
@@ -122,6 +123,20 @@ def _explain_parser() -> argparse.ArgumentParser:
     p.add_argument("--setting", metavar="SETTING_ID",
                    help="compare the baseline with this setting (an id such as k20_m0.3_h30.0) instead of the "
                         "chosen one; recomputed from the run's config when the run did not store its lists")
+    return p
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep export",
+        description="Write one setting's ranked lists as a TREC run file (<setting>.run) and the golden set's qrels "
+                    "(qrels.txt), for trec_eval, ir_measures, ranx or PyTerrier.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--setting", default="best", metavar="best|baseline|ID",
+                   help="best (the chosen setting, default), baseline, or a setting id of the run; lists the run did "
+                        "not store are recomputed from its config")
+    p.add_argument("--format", default="trec", choices=["trec"], help="trec: TREC run and qrels files")
+    p.add_argument("--output-dir", type=Path, metavar="DIR", help="where the files go (default: the run folder)")
     return p
 
 
@@ -283,6 +298,18 @@ def _explain(argv: list[str]) -> int:
     return 0
 
 
+def _export(argv: list[str]) -> int:
+    from rqsweep.report.export import export
+
+    args = _export_parser().parse_args(argv)
+    run_file, qrels_file, failed = export(args.run_dir, args.setting, args.output_dir, args.format)
+    print(f"TREC run: {run_file}")
+    print(f"qrels: {qrels_file}")
+    if failed:
+        print(f"{failed} failed searches are not in the run file", file=sys.stderr)
+    return 0
+
+
 def _gate(argv: list[str]) -> int:
     p = _gate_parser()
     args = p.parse_args(argv)
@@ -303,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "explain": _explain, "gate": _gate, "serve": _serve, "worker": _worker,
-                "collect": _collect}
+    commands = {"report": _report, "explain": _explain, "export": _export, "gate": _gate, "serve": _serve,
+                "worker": _worker, "collect": _collect}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:
         return command(argv)

@@ -34,7 +34,7 @@ def _judged(qrels: dict[str, list[tuple[str, int]]], queries: dict[str, tuple[st
     for qid in qrels:
         if qid not in queries:
             raise InputError(qrels_path, where[qid], f"query {shown(qid)} is judged but not in {queries_path.name}")
-    rows = [Row(queries_path, f"query {qid}", qid, None, text, [(None, key, g) for key, g in qrels[qid]], fields)
+    rows = [Row(qrels_path, f"query {qid}", qid, None, text, [(None, key, g) for key, g in qrels[qid]], fields)
             for qid, (text, fields) in queries.items() if qid in qrels]
     return rows, len(queries) - len(rows)
 
@@ -66,6 +66,8 @@ def read_beir(folder: Path, split: str) -> Layout:
             raise InputError(folder / "queries.jsonl", f"line {i + 1}.text", f"expected the query's text, got "
                                                                              f"{shown(q.get('text'))}")
         metadata = q.get("metadata") if isinstance(q.get("metadata"), dict) else {}
+        if str(q["_id"]) in queries:
+            raise InputError(folder / "queries.jsonl", f"line {i + 1}._id", f"duplicate query id {shown(q['_id'])}")
         queries[str(q["_id"])] = (q["text"], {**metadata, **q})
     qrels_raw = _read(qrels_path)
     qrels: dict[str, list[tuple[str, int]]] = {}
@@ -97,6 +99,8 @@ def _topics(path: Path, raw: bytes) -> dict[str, tuple[str, dict]]:
             num, title = _NUM.search(block), _TITLE.search(block)
             if not num or not title or not title.group(1).strip():
                 raise InputError(path, f"topic {i + 1}", "a <top> needs a <num> and a non-empty <title>")
+            if num.group(1) in out:
+                raise InputError(path, f"topic {i + 1}", f"duplicate query id {shown(num.group(1))}")
             out[num.group(1)] = (" ".join(title.group(1).split()), {})
         return out
     for n, line in _lines(path, raw):
@@ -104,6 +108,8 @@ def _topics(path: Path, raw: bytes) -> dict[str, tuple[str, dict]]:
         if not tab or not query.strip():
             raise InputError(path, f"line {n}", f"expected query-id<TAB>query text (or TREC <top> topics), "
                                                 f"got {shown(line)}")
+        if qid.strip() in out:
+            raise InputError(path, f"line {n}", f"duplicate query id {shown(qid.strip())}")
         out[qid.strip()] = (query.strip(), {})
     return out
 

@@ -83,7 +83,7 @@ def _lists(hits: pl.DataFrame) -> list[RankedHit] | str:
     return [RankedHit(**r) for r in hits.sort("position").select(fields).iter_rows(named=True)]
 
 
-class _Recompute:
+class Recompute:
     """The run's inputs rebuilt from its config, for lists and traces not stored in the run folder."""
 
     def __init__(self, run: RunFolder):
@@ -91,11 +91,12 @@ class _Recompute:
         config_path = run.path / info.get("config_path", "")  # relative to the run folder (absolute before)
         if not config_path.is_file():
             raise InputError(run.path / "run.json", "config_path",
-                             f"{str(config_path)!r} is not a file: explain recomputes from the run's config")
+                             f"{str(config_path)!r} is not a file: explain and export recompute from the run's "
+                             "config")
         self.inputs = load_inputs(config_path)
         if self.inputs.sha256 != info.get("inputs_sha256"):
             raise InputError(config_path, "", "changed since the run (config, sweep, corpus or golden set): "
-                                              "explain would not show what the run measured")
+                                              "lists recomputed now would not be what the run measured")
         self._index = None
 
     @property
@@ -111,6 +112,17 @@ class _Recompute:
             self._index = Index.build(self.inputs.corpus, build_embedder(engine), engine.chunking,
                                       tie_order=engine.tie_order)
         return self._index
+
+    def all_ranked(self, knobs: Knobs) -> dict[str, list[RankedHit] | str]:
+        """Every query's ranked list under `knobs` (or its failed search's error), from the run's backend."""
+        from rqsweep.backends import build_backend
+
+        backend = build_backend(self.inputs.config, self.inputs.golden, self.inputs.corpus, workers=1,
+                                log=lambda _: None)
+        try:
+            return backend.ranked(knobs)
+        finally:
+            backend.close()
 
     def ranked(self, query: str, query_id: str, knobs: Knobs) -> list[RankedHit] | str:
         cfg = self.inputs.config
@@ -136,6 +148,16 @@ class _Recompute:
         return [trace_item(candidates, rows, knobs, cfg.limit, ages) for rows in index.expected_rows(keys)]
 
 
+def stored_lists(run: RunFolder, setting_id: str) -> dict[str, list[RankedHit] | str] | None:
+    """Query id -> the setting's ranked list (or its failed search's error) as the run folder stored it; None when
+    it stored none for this setting (hits.parquet holds the baseline and the chosen setting)."""
+    path = run.path / "hits.parquet"
+    hits = pl.read_parquet(path).filter(pl.col("setting_id") == setting_id) if path.exists() else None
+    if hits is None or hits.is_empty():
+        return None
+    return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
+
+
 def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
     """The side-by-side text `rqsweep explain` prints."""
     run = read_run_folder(run_dir)
@@ -154,14 +176,14 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
     base_knobs = run.knobs(run.baseline)
     stored = pl.read_parquet(run.path / "hits.parquet").filter(pl.col("query_id") == query_id) \
         if (run.path / "hits.parquet").exists() else None
-    recompute: _Recompute | None = None
+    recompute: Recompute | None = None
     lists = {}
     for sid, knobs in ((run.baseline, base_knobs), (other, other_knobs)):
         mine = None if stored is None else stored.filter(pl.col("setting_id") == sid)
         if mine is not None and mine.height:
             lists[sid] = _lists(mine)
         else:
-            recompute = recompute or _Recompute(run)
+            recompute = recompute or Recompute(run)
             lists[sid] = recompute.ranked(row["query"], query_id, knobs)
 
     role = "chosen" if other == run.chosen and setting_id is None else "setting"
@@ -177,7 +199,7 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
 
     traces = None
     if run.config.get("backend", {}).get("kind", "embedded") == "embedded":
-        recompute = recompute or _Recompute(run)
+        recompute = recompute or Recompute(run)
         traces = [recompute.traces(row["query"], expected, k) for k in (base_knobs, other_knobs)]
     for i, key in enumerate(expected):
         where = [_position_of(key, c) for c in columns]
