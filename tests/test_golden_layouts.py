@@ -177,7 +177,7 @@ def test_the_slice_rule_can_be_a_sidecar_file_or_a_pattern_on_the_id(tmp_path, c
     assert load_inputs(config).golden.slices == ["d", "t"]
     (tmp_path / "slices.tsv").write_text("d1\tpages\n")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"file": "slices.tsv"}})
-    refused(capsys, config, "slices.tsv", "gives query 'd2' (queries.jsonl) no slice")
+    refused(capsys, config, "slices.tsv", "gives query 'd2' no slice")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"pattern": "^x"}})
     refused(capsys, config, "job.yaml: golden.slices.pattern", "needs a group")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "split": "dev"})

@@ -59,6 +59,6 @@ def assign_slices(rows: list[Row], rule: SliceRule | None, config: Path | None) 
             found = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
             where = (config, "golden.slices.field")
         if not found:
-            raise InputError(where[0], where[1], f"gives query {shown(r.id)} ({r.file.name}) no slice")
+            raise InputError(where[0], where[1], f"gives query {shown(r.id)} no slice")
         r.slice = found
     return ()
