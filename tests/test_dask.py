@@ -126,6 +126,57 @@ def test_a_worker_killed_mid_shard_changes_nothing(tmp_path, handbook_reference)
     assert_same_results(outcome["done"].run_dir, handbook_reference)
 
 
+KILL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41))},
+                                           "min_similarity": {"include_off": True, "low": 0.1, "high": 0.3, "step": 0.1},
+                                           "recency_half_life_days": {"values": [0, 30]}}}
+
+
+def test_a_worker_killed_mid_batch_changes_nothing_five_times_over(tmp_path):
+    """Each of 5 runs loses a worker while it scores a shard of a batch: Dask's lost dependencies (the batch sent to
+    the dead worker, its shards' candidates) are sent and computed again, and the run ends with the local grid."""
+    from distributed import Client, LocalCluster
+
+    serial = job.run(_kill_job(tmp_path / "serial", 1),
+                     quiet=True).run_dir
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as monitor:
+        for attempt in range(5):
+            monitor.wait_for_workers(2, timeout=60)
+            config = _kill_job(tmp_path / f"dask{attempt}",
+                               {"backend": "dask", "n": 2, "address": cluster.scheduler_address})
+            outcome = {}
+
+            def run() -> None:
+                try:
+                    outcome["done"] = job.run(config, quiet=True)
+                except BaseException as exc:  # the assertion below shows it
+                    outcome["error"] = exc
+
+            runner = threading.Thread(target=run)
+            runner.start()
+            killed = None
+            deadline = time.monotonic() + 120
+            while killed is None and runner.is_alive() and time.monotonic() < deadline:
+                for address, keys in monitor.processing().items():
+                    if any("_score_shard" in str(k) for k in keys):  # a batch is being scored there
+                        killed = monitor.run(os.getpid, workers=[address])[address]
+                        os.kill(killed, signal.SIGKILL)
+                        break
+            runner.join(300)
+            assert killed is not None, f"attempt {attempt}: no batch was seen running"
+            assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"
+            assert_same_results(outcome["done"].run_dir, serial)
+
+
+def _kill_job(folder: Path, workers: object) -> Path:
+    """The handbook with KILL_SWEEP: 240 settings, a batch long enough to kill a worker in."""
+    path = handbook_job(folder, workers)
+    config = yaml.safe_load(path.read_text())
+    config["sweep"] = KILL_SWEEP
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
