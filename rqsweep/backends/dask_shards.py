@@ -2,8 +2,9 @@
 
 The index is built here once and scattered to every worker. Each shard's candidates (`plan_queries`) are a
 Dask future that stays in its worker's memory between batches of settings; each batch is one scoring task per
-shard, and only the shard's small integer positions come back. Dask re-runs the tasks of a worker that dies
-(recomputing the lost candidates from the scattered index), so results do not depend on which worker ran what.
+shard, and only the shard's small integer positions come back. Dask re-runs the tasks of a worker that dies;
+a task Dask cancels because what it needed died with a worker (the candidates, the index when every worker
+holding it died) is submitted again with its lost inputs, so results do not depend on which worker ran what.
 dask.distributed is used directly rather than through joblib's dask backend: joblib calls are stateless, and
 re-sending or re-extracting every shard's candidates for each batch is the cost this design avoids.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -24,6 +25,8 @@ from rqsweep.engine.index import Index
 from rqsweep.scope import Scope
 
 SHARDS_PER_WORKER = 4  # smaller shards balance uneven queries and re-run less when a worker dies
+RESUBMITS = 20  # tasks sent again after workers' losses, per call, before the run stops (exit 3)
+LOST = ("cancelled", "lost")  # a future's status once the cluster cannot give its value any more
 
 
 def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> Scored:
@@ -40,50 +43,90 @@ class DaskShards:
 
     def __init__(self, cluster: DaskCluster, index: Index, queries: Sequence[tuple[str, Sequence[str]]],
                  vectors: np.ndarray, limit: int, scope: Scope, log: Callable[[str], None]):
-        self.client, self.limit = cluster.client, limit
-        bounds = shard_bounds(len(queries), SHARDS_PER_WORKER * cluster.n_workers)
-        self.shares = np.array([b - a for a, b in bounds]) / max(len(queries), 1)  # of every query, per shard
+        self.client, self.limit, self.scope, self.log = cluster.client, limit, scope, log
+        self.bounds = shard_bounds(len(queries), SHARDS_PER_WORKER * cluster.n_workers)
+        self.shares = np.array([b - a for a, b in self.bounds]) / max(len(queries), 1)  # of every query, per shard
+        self.queries, self.vectors = queries, vectors
+        # The index travels without its embedder: queries arrive embedded. It is kept here to send again if
+        # every worker holding it dies.
+        self.shipped = copy.copy(index)
+        self.shipped.embedder = None
+        self.index_future = None
+        self.shards: list = [None] * len(self.bounds)
+        started = time.monotonic()
         with cluster_errors():
-            self.shards = self._extract(index, queries, vectors, bounds, scope, log)
+            for n, i in enumerate(self._each(self._shard, range(len(self.bounds))), 1):
+                log(f"candidates: shard {n}/{len(self.bounds)} on the cluster, {time.monotonic() - started:.0f}s")
 
-    def _extract(self, index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray,
-                 bounds: list[tuple[int, int]], scope: Scope, log: Callable[[str], None]) -> list:
-        """Futures of each shard's (plans, alternates, candidates), computed and kept on the workers."""
+    def _recover(self) -> None:
+        """Forget the inputs the cluster lost with a worker, so the next task sends them again: the index when no
+        worker holds it any more, and with it the shards' candidates no worker holds (they cannot be recomputed)."""
+        held = self.client.who_has([f for f in (self.index_future, *self.shards) if f is not None])
+        if self.index_future is not None and not held.get(self.index_future.key):
+            self.index_future = None
+        for i, shard in enumerate(self.shards):
+            if shard is not None and (shard.status in LOST or (self.index_future is None and not held.get(shard.key))):
+                self.shards[i] = None
+
+    def _index(self):
+        """The scattered index, scattered again once no worker holds it."""
+        if self.index_future is None:
+            started = time.monotonic()
+            self.index_future = self.client.scatter(self.shipped, broadcast=True, hash=False)
+            self.log(f"dask: index scattered to {len(self.client.scheduler_info()['workers'])} workers in "
+                     f"{time.monotonic() - started:.1f}s")
+        return self.index_future
+
+    def _shard(self, i: int):
+        """Shard `i`'s (plans, alternates, candidates) future, kept on a worker; submitted again once lost."""
+        if self.shards[i] is None:
+            a, b = self.bounds[i]
+            self.shards[i] = self.client.submit(plan_queries, self._index(), list(self.queries[a:b]),
+                                                self.vectors[a:b], self.limit, self.scope, pure=False)
+        return self.shards[i]
+
+    def _each(self, task: Callable[[int], object], indices: Sequence[int]) -> Iterator[tuple[int, object]]:
+        """(i, the future of `task(i)`, finished) for each index as it finishes; its value stays on the cluster until
+        asked for. A task cancelled because what it needed died with a worker ('lost dependencies', 'already
+        forgotten') is submitted again, its lost inputs with it; a task's own error is raised here."""
         from distributed import as_completed
+        from distributed.client import FutureCancelledError
 
-        # The index travels without its embedder: queries arrive embedded.
-        shipped = copy.copy(index)
-        shipped.embedder = None
-        started = time.monotonic()
-        index_future = self.client.scatter(shipped, broadcast=True, hash=False)
-        log(f"dask: index scattered to {len(self.client.scheduler_info()['workers'])} workers in "
-            f"{time.monotonic() - started:.1f}s")
-        shards = [self.client.submit(plan_queries, index_future, list(queries[a:b]), vectors[a:b], self.limit, scope,
-                                     pure=False) for a, b in bounds]
-        started = time.monotonic()
-        for n, shard in enumerate(as_completed(shards), 1):
-            if shard.status != "finished":
-                shard.result()  # raises the shard's error here; a finished shard's candidates stay put
-            log(f"candidates: shard {n}/{len(shards)} on the cluster, {time.monotonic() - started:.0f}s")
-        return shards
+        futures = {task(i): i for i in indices}
+        flow, resubmits = as_completed(futures), 0
+        for future in flow:
+            i = futures.pop(future)
+            try:
+                if future.status != "finished":
+                    future.result()
+            except FutureCancelledError:
+                resubmits += 1
+                if resubmits > RESUBMITS:
+                    raise
+                self._recover()
+                retry = task(i)
+                futures[retry] = i
+                flow.add(retry)
+                continue
+            yield i, future
 
     def score(self, batch: SettingsBatch, advance: Callable[[float], None] = lambda _: None) -> Scored:
         """Every query's positions for the batch: one task per shard, where that shard's candidates live.
-        `advance(settings)` is told each finished shard's part of the batch, in settings' worth of work."""
-        from distributed import as_completed
-
+        `advance(settings)` is told each finished shard's part of the batch, in settings' worth of work.
+        The batch travels inside each task: scattered, its one copy could die with a worker."""
+        parts: list = [None] * len(self.bounds)
         with cluster_errors():
-            batch_future = self.client.scatter(batch, broadcast=False, hash=False)
-            tasks = {self.client.submit(_score_shard, shard, batch_future, self.limit, pure=False): i
-                     for i, shard in enumerate(self.shards)}
-            parts: list = [None] * len(tasks)
-            for task in as_completed(tasks):
-                parts[tasks[task]] = task.result()
-                advance(len(batch) * self.shares[tasks[task]])
-            return join_shards(parts)
+            for i, part in self._each(lambda i: self.client.submit(_score_shard, self._shard(i), batch, self.limit,
+                                                                   pure=False), range(len(self.bounds))):
+                parts[i] = part.result()
+                advance(len(batch) * self.shares[i])
+        return join_shards(parts)
 
     def candidates(self) -> list[Candidates]:
         """Every query's candidates in the index's tie order, in query order: small, fetched for `ranked`."""
+        parts: list = [None] * len(self.bounds)
         with cluster_errors():
-            parts = self.client.gather([self.client.submit(_candidates_of, shard, pure=False) for shard in self.shards])
+            for i, part in self._each(lambda i: self.client.submit(_candidates_of, self._shard(i), pure=False),
+                                      range(len(self.bounds))):
+                parts[i] = part.result()
         return [c for part in parts for c in part]
