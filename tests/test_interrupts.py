@@ -110,3 +110,40 @@ def test_an_interrupt_that_a_callback_swallows_is_delivered_again(capsys):
                 pass
     assert caught.value.signal_number == signal.SIGTERM
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+# `cli.entry()` as the console script runs it, with `main` replaced by what a command might do.
+ENTRY = "import os, sys\nfrom rqsweep import cli\n{body}\ncli.main = main\ncli.entry()\n"
+DEAD_PEER = '''
+def main():
+    read, write = os.pipe()
+    os.close(read)  # a Dask worker, a server or a database that went away
+    try:
+        os.write(write, b"x")
+    except BrokenPipeError:
+        print("the peer is gone: the command says so", file=sys.stderr)
+        return 3
+    return 0
+'''
+LONG_OUTPUT = '''
+def main():
+    for i in range(200_000):
+        print(f"line {i}")
+    return 0
+'''
+
+
+def test_a_write_to_a_dead_peer_is_an_error_the_command_handles_not_a_silent_death():
+    done = subprocess.run([sys.executable, "-c", ENTRY.format(body=DEAD_PEER), "CONFIG"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 3, (done.returncode, done.stderr)  # not -13: killed by SIGPIPE, nothing said
+    assert "the peer is gone" in done.stderr
+
+
+def test_output_piped_into_head_still_ends_quietly():
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY.format(body=LONG_OUTPUT), "report"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "line 0\n"
+    proc.stdout.close()  # `| head -n 1`
+    err = proc.stderr.read()
+    assert proc.wait(60) == 128 + signal.SIGPIPE and err == ""
