@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -348,12 +349,34 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + number
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (`rqsweep ... | head`)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def entry() -> None:
-    """The console script: like `main`, but `rqsweep ... | head` ends quietly, as command-line tools do."""
-    # Not for serve: with the default action a client hanging up mid-answer would kill the server.
-    if hasattr(signal, "SIGPIPE") and sys.argv[1:2] != ["serve"]:
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
+    """The console script: like `main`, but `rqsweep ... | head` ends quietly (141, as SIGPIPE would), as
+    command-line tools do.
+
+    SIGPIPE keeps Python's setting (ignored): with its default action, a write to any closed peer (a Dask worker,
+    a server, a database) would kill the process silently, its run.json left `running`. A closed pipe is a
+    BrokenPipeError instead, which the command's own handling turns into its message and exit code; one that
+    reaches here is stdout's, or a bug with its traceback.
+    """
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        code = 128 + signal.SIGPIPE
+    sys.exit(code)
 
 
 if __name__ == "__main__":
