@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/optimise.py --seeds 5 --budget 300
 
 For each config (configs/handbook.yaml; configs/soat-golden.yaml when SOAT's golden set is present) the
-space is the config's grid (sweeps/handbook-grid.yaml) searched four ways: the grid in its order, random
+space is the config's grid (rqsweep/sweeps/handbook-grid.yaml) searched four ways: the grid in its order, random
 proposals, TPE, and TPE warm-started from a coarse grid. Each method runs through the real job
 (`rqsweep.job.Sweep` on the embedded backend), so the curve counts what a run counts: distinct
 settings, repeats free. Writes benchmarks/optimise.json (every curve) and benchmarks/optimise.png, and

@@ -6,6 +6,7 @@
     rqsweep collect RUN_DIR [--storage URL]            (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
+    rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
@@ -138,6 +139,15 @@ def _export_parser() -> argparse.ArgumentParser:
                         "not store are recomputed from its config")
     p.add_argument("--format", default="trec", choices=["trec"], help="trec: TREC run and qrels files")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="where the files go (default: the run folder)")
+    return p
+
+
+def _sweeps_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep sweeps",
+        description="List the named sweeps (`sweep: NAME`): those rqsweep ships, and with CONFIG those a sweeps/ "
+                    "folder beside it (or beside its folder) holds, which win over the shipped ones.")
+    p.add_argument("config", type=Path, nargs="?", metavar="CONFIG")
     return p
 
 
@@ -311,6 +321,18 @@ def _export(argv: list[str]) -> int:
     return 0
 
 
+def _sweeps(argv: list[str]) -> int:
+    from rqsweep.config import SHIPPED_SWEEPS, named_sweeps
+
+    args = _sweeps_parser().parse_args(argv)
+    sweeps = named_sweeps(args.config)
+    width = max(len(name) for name, _, _ in sweeps)
+    for name, file, description in sweeps:
+        where = "shipped" if file.parent == SHIPPED_SWEEPS else str(file)
+        print(f"{name:<{width}}  {description}  ({where})")
+    return 0
+
+
 def _gate(argv: list[str]) -> int:
     p = _gate_parser()
     args = p.parse_args(argv)
@@ -331,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "explain": _explain, "export": _export, "gate": _gate, "serve": _serve,
+    commands = {"report": _report, "explain": _explain, "export": _export, "sweeps": _sweeps, "gate": _gate, "serve": _serve,
                 "worker": _worker, "collect": _collect}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:

@@ -458,14 +458,40 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     return KnobSpec(low=low, high=high, step=step, num=num, log=log, off=off)
 
 
+SHIPPED_SWEEPS = Path(__file__).resolve().parent / "sweeps"  # package data: `rqsweep sweeps` lists them
+
+
+def sweep_folders(config: Path) -> list[Path]:
+    """Where a named sweep is looked for, first match wins: a `sweeps/` folder beside the config, one beside the
+    config's folder (a project's configs/ and sweeps/), then the sweeps rqsweep ships."""
+    return [config.parent / "sweeps", config.parent.parent / "sweeps", SHIPPED_SWEEPS]
+
+
+def named_sweeps(config: Path | None = None) -> list[tuple[str, Path, str]]:
+    """Every sweep a config can name, as (name, file, description), sorted by name; a name found in several
+    folders is the file `_sweep_file` would read (the shipped sweeps alone without a config)."""
+    found: dict[str, Path] = {}
+    for folder in sweep_folders(config) if config is not None else [SHIPPED_SWEEPS]:
+        for file in sorted(folder.glob("*.yaml")):
+            found.setdefault(file.stem, file.resolve())
+    out = []
+    for name, file in sorted(found.items()):
+        _, data = read_data(file, "sweep")
+        description = data.get("description", "") if isinstance(data, dict) else ""
+        out.append((name, file, description if isinstance(description, str) else ""))
+    return out
+
+
 def _sweep_file(name: str, config: Path) -> Path:
-    """A path relative to the config, or a bare name looked up in the project's `sweeps/` folder."""
+    """A path relative to the config, or a bare name looked up in `sweep_folders`."""
     if "/" in name or name.endswith((".yaml", ".yml")):
         return (config.parent / name).resolve()
-    for folder in (config.parent.parent / "sweeps", config.parent / "sweeps"):
+    for folder in sweep_folders(config):
         if (folder / f"{name}.yaml").exists():
             return (folder / f"{name}.yaml").resolve()
-    raise InputError(config, "sweep", f"{shown(name)}: no sweeps/{name}.yaml next to the configs folder")
+    shipped = ", ".join(sorted(p.stem for p in SHIPPED_SWEEPS.glob("*.yaml")))
+    raise InputError(config, "sweep", f"{shown(name)}: no sweeps/{name}.yaml beside the config or its folder, and "
+                                      f"no shipped sweep of that name (shipped: {shipped}; `rqsweep sweeps` lists them)")
 
 
 def _sweep(value: object, config: Path) -> SweepConfig:

@@ -201,3 +201,22 @@ def test_gp_sampler_without_torch_is_a_clear_config_error(tmp_path):
              "optimize": {"sampler": "gp", "n_trials": 5}}
     err = error_of(write_job(tmp_path, sweep=sweep))
     assert err.where == "sweep.optimize.sampler" and "needs torch" in err.problem
+
+
+def test_shipped_sweeps_resolve_from_any_folder_and_a_sweeps_folder_beside_the_config_wins(tmp_path, capsys):
+    from rqsweep.cli import main
+    from rqsweep.config import SHIPPED_SWEEPS, load_config
+    from tests.minijob import write_job
+
+    config = write_job(tmp_path / "team-repo", sweep="rrf-k-only")
+    assert load_config(config).sweep.knobs["rrf_k"].high == 200  # the shipped file, outside this repository
+    assert main(["sweeps"]) == 0
+    listed = capsys.readouterr().out
+    assert {line.split()[0] for line in listed.splitlines()} == {p.stem for p in SHIPPED_SWEEPS.glob("*.yaml")}
+    assert "rrf-k-only     rrf_k alone, 1..200.  (shipped)" in listed
+    (tmp_path / "team-repo" / "sweeps").mkdir()
+    (tmp_path / "team-repo" / "sweeps" / "rrf-k-only.yaml").write_text(
+        "description: ours\nstrategy: grid\nknobs:\n  rrf_k: {values: [1, 60]}\n")
+    assert load_config(config).sweep.knobs["rrf_k"].values == (1, 60)
+    assert main(["sweeps", str(config)]) == 0
+    assert f"rrf-k-only     ours  ({tmp_path / 'team-repo' / 'sweeps' / 'rrf-k-only.yaml'})" in capsys.readouterr().out
