@@ -7,7 +7,7 @@ import importlib.util
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
@@ -126,15 +126,17 @@ class Chunking:
 
 @dataclass(frozen=True)
 class EmbedderConfig:
-    kind: Literal["feature-hash", "openai", "ollama"] = "feature-hash"
+    kind: Literal["feature-hash", "local", "openai", "ollama"] = "feature-hash"
     dimensions: int | None = 1024
     base_url: str | None = None
-    model: str | None = None
+    model: str | None = None  # local: a model's name, or a weights file (relative to the config's folder)
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 64
     timeout: float = 30.0
     max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
     requests_per_second: float | None = None
+    prefixes: str = "query"  # local e5 models: the prefix texts and queries carry (engine/embed/local.py)
+    threads: int | None = None  # local: the engine's threads (None: every core)
 
 
 @dataclass(frozen=True)
@@ -578,22 +580,29 @@ def _metric_names(top: Section) -> tuple[str, ...] | None:
 
 def _embedded(sec: Section) -> EmbeddedConfig:
     sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
-    emb = sec.section("embedder", {}).only("kind", "dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout",
-                                           "max_in_flight", "requests_per_second")
+    emb = sec.section("embedder", {})
+    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "feature-hash")
+    emb.only("kind", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
+        kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
+               "requests_per_second")))
     rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
-    kind = emb.choice("kind", ("feature-hash", "openai", "ollama"), "feature-hash")
     embedder = EmbedderConfig(
         kind=kind,
         dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
-        base_url=emb.url("base_url"), model=emb.get("model", str, None),
+        base_url=emb.url("base_url"), model=emb.get("model", str, "multilingual-e5-small" if kind == "local" else None),
         api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
-        batch_size=emb.get("batch_size", int, 64, lambda v: v >= 1, "must be >= 1"),
+        batch_size=emb.get("batch_size", int, 32 if kind == "local" else 64, lambda v: v >= 1, "must be >= 1"),
         timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
         max_in_flight=emb.get("max_in_flight", int, 1, lambda v: v >= 1, "must be >= 1"),
         requests_per_second=None if rps is None else float(rps),
+        prefixes=emb.choice("prefixes", ("query", "passage", "query-passage"), "query"),
+        threads=emb.get("threads", int, None, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
     )
-    if kind != "feature-hash" and embedder.model is None:
+    if kind in ("openai", "ollama") and embedder.model is None:
         raise InputError(sec.file, emb.where("model"), f"is required for embedder kind {kind!r}")
+    if kind == "local" and ("/" in embedder.model or embedder.model.endswith(".bin")):
+        # A weights file, not a model's name: relative to the config's folder, as every path in a config is.
+        embedder = replace(embedder, model=str((sec.file.parent / embedder.model).expanduser().resolve()))
     cache = sec.get("cache_dir", str, None)
     return EmbeddedConfig(
         embedder=embedder, chunking=_chunking(sec.section("chunking", {})),

@@ -42,6 +42,10 @@ class DaskEmbedder:
         """The inner embedder's: where the vectors are computed does not change them."""
         return self.inner.identity
 
+    @property
+    def queries(self) -> DaskEmbedder:
+        return self
+
     def __repr__(self) -> str:
         return f"DaskEmbedder({self.inner!r})"
 

@@ -18,8 +18,9 @@ from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import (QueryPlan, SettingsBatch, delay_changes_positions, plan_query, stack_plans,
                                   stacked_positions)
 from rqsweep.engine.channels import Candidates
-from rqsweep.engine.embed import (CachedEmbedder, Embedder, FeatureHashEmbedder, OllamaEmbedder, OpenAIEmbedder,
-                                  RemoteEmbedder)
+from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
+                                  OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
+from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
 from rqsweep.engine.recency import SEARCH_DELAY_DAYS
@@ -107,7 +108,7 @@ class EmbeddedBackend:
         """`cluster`: the Dask cluster to use (and close) with `workers.backend: dask` (None: connect to it here);
         `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress)."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
-        self.profile = {**EMBEDDED_PROFILE, "embedder": index.embedder.identity}
+        self.profile = {**EMBEDDED_PROFILE, "embedder": described(index.embedder)}
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
         self.advance = advance
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
@@ -177,12 +178,21 @@ def _limits(e: EmbedderConfig) -> RequestLimits:
     return RequestLimits(e.max_in_flight, e.requests_per_second)
 
 
-EMBEDDERS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
-    "feature-hash": lambda e: FeatureHashEmbedder(e.dimensions),
-    "openai": lambda e: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
+def _local(e: EmbedderConfig, log: Callable[[str], None]) -> LocalEmbedder:
+    model = resolve_model(e.model)
+    if model is None:  # inputs.py checks first, naming the config; a config built in code meets this
+        raise EmbeddingError(f"local model {e.model!r}: no such model installed ({', '.join(installed_models())}) "
+                             "and no such file")
+    return LocalEmbedder(model, e.prefixes, e.threads, e.batch_size, log)
+
+
+EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]] = {
+    "feature-hash": lambda e, log: FeatureHashEmbedder(e.dimensions),
+    "local": _local,
+    "openai": lambda e, log: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
                                        dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout,
                                        limits=_limits(e)),
-    "ollama": lambda e: OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
+    "ollama": lambda e, log: OllamaEmbedder(e.base_url or "http://127.0.0.1:11434", e.model, batch_size=e.batch_size,
                                        timeout=e.timeout, limits=_limits(e)),
 }
 
@@ -191,7 +201,7 @@ def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
                    log: Callable[[str], None] = lambda _: None) -> Embedder:
     """The configured embedder, a remote one's batches spread over `cluster` when given, behind the on-disk
     vector cache when the config names one (the cache stays here: vectors come back to be stored)."""
-    embedder = EMBEDDERS[config.embedder.kind](config.embedder)
+    embedder = EMBEDDERS[config.embedder.kind](config.embedder, log)
     if cluster is not None and isinstance(embedder, RemoteEmbedder):
         from rqsweep.backends.dask_embedder import DaskEmbedder
 

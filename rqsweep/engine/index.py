@@ -144,7 +144,7 @@ class Index:
         return (now_ms - self.stores["memory"].updated_at_ms) / 86_400_000
 
     def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.embedder.embed(list(queries))
+        return self.embedder.queries.embed(list(queries))
 
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
                    tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:

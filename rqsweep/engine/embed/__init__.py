@@ -1,11 +1,12 @@
-"""Embedders: SOAT's feature-hash stand-in, remote providers as SOAT deployments call them, a disk cache.
+"""Embedders: SOAT's feature-hash stand-in, a local semantic model shipped in a package, remote providers as SOAT deployments call them, a disk cache.
 
 Every embedder returns float32 rows exactly as pgvector would store them (`to_pgvector_float32`).
 """
 
 from rqsweep.engine.embed.cache import CachedEmbedder
 from rqsweep.engine.embed.feature_hash import FeatureHashEmbedder, fnv1a32, js_lower, tokens
-from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, to_pgvector_float32
+from rqsweep.engine.embed.local import LocalEmbedder
+from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, described, to_pgvector_float32
 from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder
 
 __all__ = [
@@ -13,9 +14,11 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "FeatureHashEmbedder",
+    "LocalEmbedder",
     "OllamaEmbedder",
     "OpenAIEmbedder",
     "RemoteEmbedder",
+    "described",
     "fnv1a32",
     "js_lower",
     "tokens",

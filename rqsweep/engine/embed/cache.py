@@ -35,6 +35,7 @@ class CachedEmbedder:
         self.path = Path(cache_dir) / _file_name(inner.identity)
         self.hits = 0
         self.misses = 0
+        self._queries: CachedEmbedder | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn, conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -49,6 +50,16 @@ class CachedEmbedder:
     def identity(self) -> str:
         """The inner embedder's: the cache changes where vectors come from, never what they are."""
         return self.inner.identity
+
+    @property
+    def queries(self) -> CachedEmbedder:
+        """The inner embedder's queries, cached beside these vectors (in a file of their own identity)."""
+        inner = self.inner.queries
+        if inner is self.inner:
+            return self
+        if self._queries is None:
+            self._queries = CachedEmbedder(inner, self.path.parent)
+        return self._queries
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.inner!r}, path={str(self.path)!r})"
@@ -68,9 +79,14 @@ class CachedEmbedder:
                 found.update(self._embed_and_store(conn, portion))
         self.hits += from_disk
         self.misses += len(missing)
-        if len({len(vector) for vector in found.values()}) != 1:
+        dimensions = {len(vector) for vector in found.values()}
+        if len(dimensions) != 1:
             raise EmbeddingError(f"embedding cache {self.path} holds vectors of several dimensions for "
                                  f"{self.identity}; delete the file to rebuild it")
+        expected = getattr(self.inner, "dimensions", None)
+        if expected is not None and dimensions != {expected}:
+            raise EmbeddingError(f"embedding cache {self.path} holds vectors of {dimensions.pop()} dimensions, but "
+                                 f"{self.identity} makes {expected}; delete the file to rebuild it")
         return np.stack([found[key] for key in keys]).astype(np.float32)
 
     def _embed_and_store(self, conn: sqlite3.Connection, missing: dict[bytes, str]) -> dict[bytes, np.ndarray]:

@@ -135,6 +135,7 @@ class FeatureHashEmbedder:
             raise ValueError(f"dimensions must be >= 1, got {dimensions}")
         self.dimensions = dimensions
         self.identity = f"feature-hash/{dimensions}"
+        self.queries = self
         self._feature_ids: dict[str, int] = {}
         self._token_ids: dict[str, bytes] = {}  # token -> its feature ids as packed int32
         self._index = np.zeros(1024, dtype=np.int64)

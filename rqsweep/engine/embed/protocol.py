@@ -17,7 +17,8 @@ class Embedder(Protocol):
     """Turns texts into the vectors SOAT would store for them.
 
     `identity` names the embedder, its model and its dimensions (for example `feature-hash/1024`); it keys
-    on-disk caches, so it is stable across runs and never contains a secret.
+    on-disk caches, so it is stable across runs and never contains a secret. `queries` embeds search queries:
+    the embedder itself, except for a model that embeds queries differently from the texts it searches.
     """
 
     @property
@@ -25,9 +26,20 @@ class Embedder(Protocol):
         """Stable name of embedder, model and dimensions; never a secret."""
         ...
 
+    @property
+    def queries(self) -> Embedder:
+        """The embedder of search queries (often this one)."""
+        ...
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One float32 row per text, shape (len(texts), d), as pgvector would hold it."""
         ...
+
+
+def described(embedder: Embedder) -> str:
+    """What ranked, as a run records it: the identity, and the queries' where they differ."""
+    queries = embedder.queries.identity
+    return embedder.identity if queries == embedder.identity else f"{embedder.identity} (queries: {queries})"
 
 
 class EmbeddingError(BackendError):

@@ -53,6 +53,11 @@ class RemoteEmbedder(ABC):
         self.limits = limits
         self.pacer = Pacer(limits.requests_per_second)
 
+    @property
+    def queries(self) -> RemoteEmbedder:
+        """Itself: SOAT sends a provider queries as it sends texts."""
+        return self
+
     def within(self, limits: RequestLimits) -> RemoteEmbedder:
         """This embedder with other limits (a lane's share of the run's) and a pacer of its own."""
         lane = copy.copy(self)

