@@ -155,6 +155,10 @@ class SeedConfig:
     project_name: str | None = None  # name of the project to create when no project_id is given
     chunking: Chunking = Chunking()
     allow_existing_content: bool = False
+    # The memory stores' near-duplicate threshold: SOAT skips a memory this similar to an existing one (its
+    # default is 0.95), and under a semantic model a corpus's stale and fresh twins are that similar. 1 keeps
+    # every memory but an exact duplicate, as the embedded engine keeps the corpus it is given.
+    duplicate_threshold: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -627,11 +631,13 @@ def _http(sec: Section) -> HttpConfig:
     seed = None
     if isinstance(seed_value, dict) or seed_value is True:
         s = Section({} if seed_value is True else seed_value, sec.file, sec.where("seed"))
-        s.only("project_name", "chunking", "allow_existing_content")
+        s.only("project_name", "chunking", "allow_existing_content", "duplicate_threshold")
         seed = SeedConfig(s.get("project_name", str, None), _chunking(s.section("chunking", {})),
-                          s.get("allow_existing_content", bool, False))
+                          s.get("allow_existing_content", bool, False),
+                          float(s.get("duplicate_threshold", (int, float), 1.0, lambda v: 0 < v <= 1, "must be in (0, 1]")))
     elif seed_value not in (False, None):
-        raise sec.fail("seed", seed_value, "expected true, false or {project_name, chunking, allow_existing_content}")
+        raise sec.fail("seed", seed_value, "expected true, false or {project_name, chunking, allow_existing_content, "
+                       "duplicate_threshold}")
     base_url = sec.url("base_url")
     username = sec.get("username", str, None)
     password = sec.get("password", str, None)

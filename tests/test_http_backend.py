@@ -75,3 +75,15 @@ def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_pa
     seed = (outcome.run_dir / "seed.json").read_text()
     assert '"doc-oncall-rotation"' in seed and '"project_id": "proj_' in seed
     assert "seed: 8 documents, 3 memory stores, 12 memories (0 not created)" in log
+
+
+def test_serve_and_seeding_with_the_local_embedder_give_the_embedded_grid(corpus, tmp_path):
+    # The server embeds what the seeding sends with the same local model: both runs rank alike.
+    local = EMBEDDED | {"embedder": {"kind": "local", "model": "multilingual-e5-small"}}
+    embedded = write_config(corpus, "embedded-local", local)
+    with serving(embedded) as server:
+        http = write_config(corpus, "http-local", http_backend(server.url, mode="direct"))
+        got, got_queries, got_hits = _run(http, tmp_path)
+    want, want_queries, want_hits = _run(embedded, tmp_path)
+    assert got.equals(want) and got["errors"].sum() == 0
+    assert got_queries.equals(want_queries) and got_hits.equals(want_hits)

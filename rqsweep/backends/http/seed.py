@@ -199,7 +199,8 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
         adopted = _adopt(client, dialect.memory_containers, project_id, {"name": store},
                          set(ids.memory_stores.values())) if in_doubt else None
         if not adopted:
-            adopted = _post(client, dialect.memory_containers, {"project_id": project_id, "name": store},
+            adopted = _post(client, dialect.memory_containers, {"project_id": project_id, "name": store,
+                                                                "duplicate_threshold": config.duplicate_threshold},
                             f"memory store {store!r}")["id"]
         journal.record({"write": "memory_store", "key": store, "id": adopted})
         ids.memory_stores[store], in_doubt = adopted, False
