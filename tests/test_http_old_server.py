@@ -11,6 +11,7 @@ import contextlib
 import json
 import re
 import os
+import re
 import signal
 import subprocess
 import sys
