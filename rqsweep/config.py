@@ -414,6 +414,7 @@ class JobConfig:
     golden_rules: GoldenRules = GoldenRules()
     corpus_files: CorpusFiles = CorpusFiles()
     relevance_level: int = 1  # binary metrics count an expected item graded at least this (pytrec_eval's default)
+    ranked: Literal["chosen", "all"] = "chosen"  # all: every setting's ranked lists in ranked.parquet
 
     def relative(self, path: Path) -> str:
         """`path` as run outputs record it: relative to the config's folder, so no home folder leaks into them."""
@@ -690,6 +691,7 @@ def load_config(path: Path) -> JobConfig:
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
         "objective", "constraints", "metrics", "workers", "output_dir", "validation", "relevance_level",
+        "ranked",
     )
     base = path.parent
     corpus, corpus_files = _corpus(top, base)
@@ -729,5 +731,6 @@ def load_config(path: Path) -> JobConfig:
         golden_rules=golden_rules,
         corpus_files=corpus_files,
         relevance_level=top.get("relevance_level", int, 1, lambda v: v >= 1, "must be an integer grade >= 1"),
+        ranked=top.choice("ranked", ("chosen", "all"), "chosen"),
     )
 

@@ -377,6 +377,10 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
         ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
+        if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
+            write_parquet_groups(run_dir / "ranked.parquet", (
+                hits_table({sid: backend.ranked(Knobs(*knobs))}, sweep.baseline_id, chosen, inputs.golden, run_id)
+                for sid, *knobs in done.settings.iter_rows()), metadata)
     finally:
         backend.close()
     write_parquet(run_dir / "hits.parquet", hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id),

@@ -149,13 +149,15 @@ class Recompute:
 
 
 def stored_lists(run: RunFolder, setting_id: str) -> dict[str, list[RankedHit] | str] | None:
-    """Query id -> the setting's ranked list (or its failed search's error) as the run folder stored it; None when
-    it stored none for this setting (hits.parquet holds the baseline and the chosen setting)."""
-    path = run.path / "hits.parquet"
-    hits = pl.read_parquet(path).filter(pl.col("setting_id") == setting_id) if path.exists() else None
-    if hits is None or hits.is_empty():
-        return None
-    return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
+    """Query id -> the setting's ranked list (or its failed search's error) as the run folder stored it: in
+    hits.parquet (the baseline and the chosen setting) or ranked.parquet (every setting, with `ranked: all`);
+    None when it stored none for this setting."""
+    for name in ("hits.parquet", "ranked.parquet"):
+        if (run.path / name).exists():
+            hits = pl.scan_parquet(run.path / name).filter(pl.col("setting_id") == setting_id).collect()
+            if hits.height:
+                return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
+    return None
 
 
 def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
