@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rqsweep.backends import embedded  # noqa: E402
+from rqsweep.backends import scoring  # noqa: E402
 from rqsweep.corpus import Chunking, Corpus, Document, Memory  # noqa: E402
 from rqsweep.engine.batch import SettingsBatch, plan_query, stack_plans, stacked_positions  # noqa: E402
 from rqsweep.engine.embed import FeatureHashEmbedder  # noqa: E402
@@ -150,9 +150,9 @@ def bench(name: str, corpus: Corpus, queries: list[tuple[str, list[str]]], n_set
     # The job's workers: the same scoring (with the tie-order check) serially and split over 2 processes.
     alternates = [index.plan(q, keys, 10, tie_order="insertion", query_vector=v)
                   for (q, keys), v in zip(queries, vectors)]
-    embedded.score_in_processes(plans[:4], alternates[:4], batch[:2], 10, 2)  # start the workers
-    serial = median_time(lambda: embedded._score(plans, alternates, batch, 10), 3)
-    split = median_time(lambda: embedded.score_in_processes(plans, alternates, batch, 10, 2), 3)
+    scoring.score_in_processes(plans[:4], alternates[:4], batch[:2], 10, 2)  # start the workers
+    serial = median_time(lambda: scoring.score_plans(plans, alternates, batch, 10), 3)
+    split = median_time(lambda: scoring.score_in_processes(plans, alternates, batch, 10, 2), 3)
     print(f"job scoring with the tie check: 1 worker {serial:.3f} s, 2 workers {split:.3f} s "
           f"({serial / split:.2f}x)")
     return {"name": name, "chunks": len(index.stores["document"].ids), "memories": len(corpus.memories),

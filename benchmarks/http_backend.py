@@ -136,7 +136,7 @@ class Counted:
         return counted
 
 
-def run(config: Path, server_pid: int) -> tuple[job.Outcome, Counted, list[str]]:
+def run(config: Path, server_pid: int) -> tuple[job.RunResult, Counted, list[str]]:
     """The job on `config`, its requests counted per phase, its log lines kept."""
     lines: list[str] = []
     original = job.Progress.log

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.knobs import KNOBS, KnobError, Knobs, check_half_life, check_min_similarity, check_rrf_k
+from rqsweep.knobs import CHECKS, KNOBS, OFF, RRF_K, KnobError, Knobs
 from rqsweep.scope import Scope
 
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
@@ -432,20 +432,17 @@ def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
-_CHECKERS = {"rrf_k": check_rrf_k, "min_similarity": check_min_similarity, "recency_half_life_days": check_half_life}
-
-
 def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     sec.only("values", "low", "high", "step", "num", "log", "include_off")
-    checker = _CHECKERS[knob]
+    checker = CHECKS[knob]
     if "values" in sec.data:
         if set(sec.data) - {"values", "include_off"}:
             raise InputError(sec.file, sec.path, "give either `values` or a range (low, high, step/num), not both")
         values = _number_list(sec, "values", checker)
         if sec.get("include_off", bool, False):
-            if knob == "rrf_k":
-                raise sec.fail("include_off", True, "rrf_k cannot be switched off")
-            values = tuple(dict.fromkeys((None if knob == "min_similarity" else 0.0, *values)))  # off first
+            if knob not in OFF:
+                raise sec.fail("include_off", True, f"{knob} cannot be switched off")
+            values = tuple(dict.fromkeys((OFF[knob], *values)))  # off first
         return KnobSpec(values=values)
     low, high = sec.knob("low", checker), sec.knob("high", checker)
     if low is None or high is None or not low <= high:
@@ -457,11 +454,11 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     num = sec.get("num", int, None, lambda v: v >= 1, "must be >= 1")
     if step is not None and (num is not None or log):
         raise InputError(sec.file, sec.path, "give `step` for a linear range, or `num` (with `log`), not both")
-    if knob == "rrf_k" and step is not None and step != int(step):
-        raise sec.fail("step", step, "rrf_k is an integer: the step must be whole")
+    if knob == RRF_K and step is not None and step != int(step):
+        raise sec.fail("step", step, f"{RRF_K} is an integer: the step must be whole")
     off = sec.get("include_off", bool, False)
-    if off and knob == "rrf_k":
-        raise sec.fail("include_off", off, "rrf_k cannot be switched off")
+    if off and knob not in OFF:
+        raise sec.fail("include_off", off, f"{knob} cannot be switched off")
     return KnobSpec(low=low, high=high, step=step, num=num, log=log, off=off)
 
 
@@ -516,7 +513,7 @@ def _sweep(value: object, config: Path) -> SweepConfig:
     if not knobs:
         raise InputError(file, knobs_sec.path, "name at least one knob to sweep")
     for knob, spec in knobs.items():
-        if strategy == "grid" and knob != "rrf_k" and spec.values is None and spec.step is None and spec.num is None:
+        if strategy == "grid" and knob != RRF_K and spec.values is None and spec.step is None and spec.num is None:
             raise InputError(file, knobs_sec.where(knob), "a grid over a real range needs `step` or `num`")
     if strategy == "grid":
         _check_grid_size(knobs_sec, knobs)
@@ -705,10 +702,8 @@ def load_config(path: Path) -> JobConfig:
         raise InputError(path, "sweep", "is required: a file under sweeps/ or an inline {strategy, knobs}")
     b = top.section("baseline", {})
     b.only(*KNOBS)
-    baseline = Knobs(
-        b.knob("rrf_k", check_rrf_k, 60), b.knob("min_similarity", check_min_similarity, None),
-        b.knob("recency_half_life_days", check_half_life, 0.0),
-    )
+    default = Knobs()  # SOAT's
+    baseline = Knobs(**{k: b.knob(k, CHECKS[k], v) for k, v in default.columns().items()})
     obj = top.section("objective", {}).only("metric", "slice")
     out = top.get("output_dir", str, "results")
     return JobConfig(

@@ -35,13 +35,13 @@ from rqsweep.results import (
     knobs_of, query_table, redact, setting_knobs,
 )
 from rqsweep.space import grid
-from rqsweep.strategy import Objective, run_grid, run_optimize
+from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, redact_url, study_name
 from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
 
 
 @dataclass
-class Outcome:
+class RunResult:
     run_dir: Path
     grid: pl.DataFrame
     best: str | None
@@ -101,7 +101,7 @@ class Sweep:
         return self._baseline_rows
 
     def scored(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """Outcome rows with their slice, first relevant rank and every metric's per-query value."""
+        """Backend rows with their slice, first relevant rank and every metric's per-query value."""
         return metrics.score_queries(rows, self.inputs.metrics, self._grades, self.config.relevance_level).with_columns(
             pl.col("query_id").replace_strict(self._slice_of, return_dtype=pl.String).alias("slice"))
 
@@ -136,7 +136,7 @@ class Sweep:
     def optimise(self, storage: StudyStorage, *, coordinator: bool) -> None:
         """Run (or join, as a worker) the study; with a shared storage, gather what every worker evaluated."""
         obj = self.config.objective
-        objective = Objective(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
+        objective = StudyIdentity(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
             "run_id": self.run_id, "config": self.config.name, "config_sha256": self.config.sha256,
             "golden_sha256": self.golden.sha256, "inputs_sha256": self.inputs.sha256})
         self.progress.total = self.config.sweep.n_trials
@@ -278,7 +278,7 @@ def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inp
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
         output_dir: Path | None = None, now: datetime | None = None, n_trials: int | None = None,
-        storage: str | None = None) -> Outcome:
+        storage: str | None = None) -> RunResult:
     """Run (or resume) a sweep end to end and write its results; raises NoFeasibleSetting after writing.
 
     The run holds its folder's lock throughout: a second process on the folder gets an InputError. Ended
@@ -348,7 +348,7 @@ def _mark_unfinished(run_dir: Path, status: str) -> None:
 
 
 def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, started: float, *, resumed: bool,
-            workers: int | None) -> Outcome:
+            workers: int | None) -> RunResult:
     """The run in its locked folder; `info` is its run.json."""
     config, run_id = inputs.config, info["run_id"]
     for w in inputs.golden.warnings:
@@ -413,7 +413,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         "validation": None if done.validation is None else done.validation.as_json(),
     })
     write_json(run_dir / "run.json", info)
-    outcome = Outcome(run_dir, done.grid, done.best, sweep.baseline_id, summary)
+    outcome = RunResult(run_dir, done.grid, done.best, sweep.baseline_id, summary)
     if done.best is None:
         raise NoFeasibleSetting(summary + f"\nResults in {run_dir}", run_dir)
     return outcome
@@ -448,7 +448,7 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
             backend.close()
 
 
-def collect(run_dir: Path, storage_url: str | None = None, *, quiet: bool = False) -> Outcome:
+def collect(run_dir: Path, storage_url: str | None = None, *, quiet: bool = False) -> RunResult:
     """Write a run's results from its study (what every worker evaluated), searching no further."""
     previous = load_run_json(run_dir)
     # n_trials 0: the study's budget is already spent or abandoned; only gathering and writing remain.

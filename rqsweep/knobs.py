@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Mapping
 
 from rqsweep.errors import shown
 
-KNOBS = ("rrf_k", "min_similarity", "recency_half_life_days")
+# The knobs' names, here only: what configs, tables, Optuna and SOAT's API call them.
+KNOBS = RRF_K, MIN_SIMILARITY, HALF_LIFE = ("rrf_k", "min_similarity", "recency_half_life_days")
 # SOAT's defaults: k = 60 (the literature default), no similarity floor, recency blend off.
 DEFAULT_RRF_K = 60
 # JavaScript's Number.MAX_SAFE_INTEGER: SOAT reads rrf_k as a JavaScript number, and above this it would
@@ -27,7 +29,7 @@ class KnobError(ValueError):
 def check_rrf_k(value: object) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= MAX_RRF_K
             or value != int(value)):
-        raise KnobError("rrf_k", value, f"must be an integer >= 1 and <= {MAX_RRF_K}")
+        raise KnobError(RRF_K, value, f"must be an integer >= 1 and <= {MAX_RRF_K}")
     return int(value)
 
 
@@ -35,14 +37,24 @@ def check_min_similarity(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise KnobError("min_similarity", value, "must be a number in [0, 1], or null for no floor")
+        raise KnobError(MIN_SIMILARITY, value, "must be a number in [0, 1], or null for no floor")
     return float(value)
 
 
 def check_half_life(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= 0 and math.isfinite(value)):
-        raise KnobError("recency_half_life_days", value, "must be a finite number >= 0 (0 = off)")
+        raise KnobError(HALF_LIFE, value, "must be a finite number >= 0 (0 = off)")
     return float(value)
+
+
+CHECKS = {RRF_K: check_rrf_k, MIN_SIMILARITY: check_min_similarity, HALF_LIFE: check_half_life}
+# Knob -> the value that switches it off: no similarity floor, no recency blend. rrf_k cannot be switched off.
+OFF = {MIN_SIMILARITY: None, HALF_LIFE: 0.0}
+
+
+def blends(half_life_days):
+    """Whether a half-life (a number, or an array of them) switches the recency blend on: 0 is off."""
+    return half_life_days > OFF[HALF_LIFE]
 
 
 _ID = re.compile(r"k(\d+)_m(off|[^_]+)_h(.+)")
@@ -54,7 +66,7 @@ class Knobs:
 
     rrf_k: int = DEFAULT_RRF_K
     min_similarity: float | None = None
-    recency_half_life_days: float = 0.0
+    recency_half_life_days: float = OFF[HALF_LIFE]
 
     def __post_init__(self) -> None:
         floor = check_min_similarity(self.min_similarity)
@@ -79,10 +91,18 @@ class Knobs:
         k, floor, half_life = match.groups()
         return cls(int(k), None if floor == "off" else float(floor), float(half_life))
 
+    @classmethod
+    def from_columns(cls, row: Mapping[str, object]) -> "Knobs":
+        """The setting a row's knob columns hold (a grid or per-query row, a trial's attributes)."""
+        return cls(*(row[k] for k in KNOBS))
+
     def columns(self) -> dict[str, int | float | None]:
         """The knob values by name: what per-setting and per-query rows carry beside the id."""
-        return {"rrf_k": self.rrf_k, "min_similarity": self.min_similarity,
-                "recency_half_life_days": self.recency_half_life_days}
+        return dict(zip(KNOBS, (self.rrf_k, self.min_similarity, self.recency_half_life_days)))
+
+    @property
+    def blend_on(self) -> bool:
+        return blends(self.recency_half_life_days)
 
     def label(self) -> str:
         floor = "off" if self.min_similarity is None else f"{self.min_similarity:g}"

@@ -255,7 +255,7 @@ def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Ve
         pl.lit(stamp["run_id"]).alias("run_id"), pl.lit(stamp["config_sha256"]).alias("config_sha256"),
         pl.lit(stamp["golden_sha256"]).alias("golden_sha256"))
     return grid.select(
-        "run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "slice", "queries",
+        "run_id", "setting_id", *KNOBS, "slice", "queries",
         *metric_names, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
         "evaluation_order", "config_sha256", "golden_sha256",
     ).sort("evaluation_order", "slice")
@@ -276,7 +276,7 @@ def query_table(scored: pl.DataFrame, golden: pl.DataFrame, metric_names: Sequen
     position, the first relevant rank and every metric's per-query value. `golden` is `golden_table`'s."""
     return (scored.join(golden, on="query_id", how="left", maintain_order="left")
             .with_columns(pl.lit(run_id).alias("run_id"))
-            .select("run_id", "setting_id", "rrf_k", "min_similarity", "recency_half_life_days", "query_id", "slice",
+            .select("run_id", "setting_id", *KNOBS, "query_id", "slice",
                     "query", "expected", "positions", "rank", *metric_names, "error", "tie_sensitive"))
 
 

@@ -91,7 +91,7 @@ class RunFolder:
     def knobs(self, setting_id: str) -> Knobs:
         """The knob values of an evaluated setting, from its grid row's knob columns."""
         row = self.slice_rows(setting_id)[OVERALL]
-        return Knobs(row["rrf_k"], row["min_similarity"], row["recency_half_life_days"])
+        return Knobs.from_columns(row)
 
     def label(self, setting_id: str) -> str:
         return self.knobs(setting_id).label()

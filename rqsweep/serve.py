@@ -42,10 +42,10 @@ from rqsweep.config import Chunking
 from rqsweep.corpus import load_corpus
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
-from rqsweep.knobs import DEFAULT_RRF_K, Knobs
+from rqsweep.knobs import DEFAULT_RRF_K, KNOBS, Knobs
 from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
 
-MODERN_FIELDS = {"project_id", "query", "limit", "rrf_k", "min_similarity", "recency_half_life_days", "tags",
+MODERN_FIELDS = {"project_id", "query", "limit", *KNOBS, "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
@@ -145,7 +145,7 @@ def _knobs(body: dict, old: bool) -> Knobs:
     if old:
         floor = number("min_score")
         return Knobs(int(default_k), floor if floor is not None and 0 <= floor <= 1 else None, default_h)
-    k, floor, h = number("rrf_k"), number("min_similarity"), number("recency_half_life_days")
+    k, floor, h = (number(knob) for knob in KNOBS)
     return Knobs(int(k) if k is not None and k >= 1 and k == int(k) else int(default_k),
                  floor if floor is not None and 0 <= floor <= 1 else None,
                  h if h is not None and h >= 0 else default_h)

@@ -8,11 +8,7 @@ import numpy as np
 import optuna
 
 from rqsweep.config import KnobSpec, SweepConfig
-from rqsweep.knobs import KNOBS, Knobs
-
-
-def _off_value(knob: str) -> float | None:
-    return None if knob == "min_similarity" else 0.0
+from rqsweep.knobs import KNOBS, OFF, RRF_K, Knobs
 
 
 def knob_values(knob: str, spec: KnobSpec) -> list:
@@ -26,9 +22,9 @@ def knob_values(knob: str, spec: KnobSpec) -> list:
         values = list(np.geomspace(low, high, spec.num) if spec.log else np.linspace(low, high, spec.num))
     else:  # config allows a bare range for rrf_k only: every integer in it
         values = list(range(int(low), int(high) + 1))
-    values = [int(round(v)) if knob == "rrf_k" else round(float(v), 12) for v in values]
+    values = [int(round(v)) if knob == RRF_K else round(float(v), 12) for v in values]
     if spec.off:
-        values.insert(0, _off_value(knob))
+        values.insert(0, OFF[knob])
     return list(dict.fromkeys(values))
 
 
@@ -70,8 +66,8 @@ def suggest(trial: optuna.Trial, sweep: SweepConfig, baseline: Knobs) -> Knobs:
             listed = knob_values(knob, spec)
             values[knob] = listed[trial.suggest_int(f"{knob}_index", 0, len(listed) - 1)]
         elif spec.off and trial.suggest_categorical(f"{knob}_off", [False, True]):
-            values[knob] = _off_value(knob)
-        elif knob == "rrf_k":
+            values[knob] = OFF[knob]
+        elif knob == RRF_K:
             values[knob] = trial.suggest_int(knob, int(spec.low), int(spec.high), log=spec.log)
         else:
             values[knob] = _rounded(knob, spec, trial.suggest_float(knob, spec.low, spec.high, log=spec.log))
@@ -80,7 +76,7 @@ def suggest(trial: optuna.Trial, sweep: SweepConfig, baseline: Knobs) -> Knobs:
 
 def finite_space(sweep: SweepConfig, baseline: Knobs) -> list[Knobs] | None:
     """Every setting `suggest` can return when there are finitely many (lists, steps, integers), else None."""
-    if any(not _listed(spec) and knob != "rrf_k" for knob, spec in sweep.knobs.items()):
+    if any(not _listed(spec) and knob != RRF_K for knob, spec in sweep.knobs.items()):
         return None
     axes = [knob_values(k, s) if _listed(s) else range(int(s.low), int(s.high) + 1) for k, s in sweep.knobs.items()]
     return [Knobs(**{**baseline.columns(), **dict(zip(sweep.knobs, combo))}) for combo in itertools.product(*axes)]
@@ -103,7 +99,7 @@ def coarse_grid(sweep: SweepConfig, size: int) -> list[dict[str, object]]:
             continue
         spread = levels - 1 if spec.off else levels
         points = (np.geomspace(spec.low, spec.high, spread) if spec.log else np.linspace(spec.low, spec.high, spread))
-        points = sorted({int(round(p)) for p in points}) if knob == "rrf_k" else [float(p) for p in points]
+        points = sorted({int(round(p)) for p in points}) if knob == RRF_K else [float(p) for p in points]
         off = {f"{knob}_off": False} if spec.off else {}
         axes.append(([{f"{knob}_off": True}] if spec.off else []) + [{**off, knob: p} for p in points])
     return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]

@@ -61,7 +61,7 @@ STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before
 
 
 @dataclass
-class Objective:
+class StudyIdentity:
     """What a study optimises and says about itself (its name, attributes) in storage and in optuna-dashboard."""
 
     study_name: str
@@ -91,7 +91,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored
 
 
 def run_optimize(sweep: SweepConfig, baseline: Knobs, score: Callable[[list[Knobs]], list[Scored]],
-                 storage: StudyStorage, objective: Objective, progress: Progress,
+                 storage: StudyStorage, objective: StudyIdentity, progress: Progress,
                  log: Callable[[str], None], annotate: Callable[[Knobs], dict] | None = None, *,
                  coordinator: bool = True) -> optuna.Study:
     """Optimise the objective under constraints with Optuna until `sweep.n_trials` distinct settings are evaluated.

@@ -61,3 +61,37 @@ def test_the_check_sees_a_violation():
     # The rule is not vacuous: the job sits after the backends, so a backend importing it would be caught.
     assert step_of("rqsweep.backends.http.seed") < step_of("rqsweep.job")
     assert step_of("rqsweep.config") < step_of("rqsweep.engine.index") < step_of("rqsweep.metrics")
+
+
+def _edges(path: Path) -> set[str]:
+    """What a module imports, as modules: `from rqsweep.report import plots` is the submodule, not the package."""
+    found, named = set(), imports(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in named}
+            found.update(submodules if len(submodules) == len(node.names) else {node.module})
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("rqsweep.")}
+
+
+def test_no_backend_module_imports_another_that_imports_it_back_even_lazily():
+    # A circle within one step (the embedded backend and its Dask executor once imported each other) hides which
+    # module owns what: a shared part gets a module both import (backends/scoring.py).
+    graph = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): _edges(p)
+             for p in sorted((PACKAGE / "backends").rglob("*.py"))}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            module = todo.pop()
+            if module == goal:
+                return True
+            if module not in seen:
+                seen.add(module)
+                todo.extend(graph.get(module, ()))
+        return False
+
+    circles = sorted(f"{a} -> {b} -> ... -> {a}" for a, targets in graph.items() for b in targets
+                     if b != a and reaches(b, a))
+    assert circles == []

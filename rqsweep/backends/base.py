@@ -19,9 +19,9 @@ from rqsweep.knobs import KNOBS, Knobs
 # One row per (setting, query): what every backend returns and the run state keeps.
 # `positions` holds one entry per expected key, in the golden set's order: null = not returned;
 # the whole list is null when the search failed. `tie_sensitive` is null where a backend cannot tell.
+KNOB_SCHEMA = dict(zip(KNOBS, (pl.Int64, pl.Float64, pl.Float64)))  # null min_similarity: no floor
 OUTCOME_SCHEMA = {
-    "setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64, "recency_half_life_days": pl.Float64,
-    "query_id": pl.String, "positions": pl.List(pl.Int64), "error": pl.String, "tie_sensitive": pl.Boolean,
+    "setting_id": pl.String, **KNOB_SCHEMA, "query_id": pl.String, "positions": pl.List(pl.Int64), "error": pl.String, "tie_sensitive": pl.Boolean,
 }
 
 
@@ -83,7 +83,7 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
     return pl.DataFrame({
         "setting_id": pl.Series([s.id for s in settings], dtype=pl.String).gather(per_setting),
         **{name: pl.Series([s.columns()[name] for s in settings], dtype=OUTCOME_SCHEMA[name]).gather(per_setting)
-           for name in ("rrf_k", "min_similarity", "recency_half_life_days")},
+           for name in KNOBS},
         "query_id": pl.Series(list(query_ids), dtype=pl.String).gather(np.tile(np.arange(n_q), n_s)),
         "positions": pl.from_arrow(lists),
         "error": pl.Series(errors if errors is not None else [None] * (n_s * n_q), dtype=pl.String),

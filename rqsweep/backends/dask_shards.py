@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from rqsweep.backends.dask_cluster import DaskCluster, cluster_errors
-from rqsweep.backends.embedded import Scored, _score, join_shards, plan_queries, shard_bounds
+from rqsweep.backends.scoring import PositionsAndTies, join_shards, plan_queries, score_plans, shard_bounds
 from rqsweep.engine.batch import SettingsBatch
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
@@ -29,9 +29,9 @@ RESUBMITS = 20  # tasks sent again after workers' losses, per call, before the r
 LOST = ("cancelled", "lost")  # a future's status once the cluster cannot give its value any more
 
 
-def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> Scored:
+def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> PositionsAndTies:
     plans, alternates, _ = extracted
-    return _score(plans, alternates, batch, limit)
+    return score_plans(plans, alternates, batch, limit)
 
 
 def _candidates_of(extracted: tuple) -> list[Candidates]:
@@ -110,7 +110,7 @@ class DaskShards:
                 continue
             yield i, future
 
-    def score(self, batch: SettingsBatch, advance: Callable[[float], None] = lambda _: None) -> Scored:
+    def score(self, batch: SettingsBatch, advance: Callable[[float], None] = lambda _: None) -> PositionsAndTies:
         """Every query's positions for the batch: one task per shard, where that shard's candidates live.
         `advance(settings)` is told each finished shard's part of the batch, in settings' worth of work.
         The batch travels inside each task: scattered, its one copy could die with a worker."""

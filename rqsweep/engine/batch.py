@@ -26,7 +26,7 @@ import numpy as np
 
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.recency import decays, recency_factor
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import Knobs, blends
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
 _ABSENT = np.int64(1 << 40)  # larger than any position; `% _ABSENT` maps it back to 0
@@ -351,7 +351,7 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     blended settings are ranked by `expected_positions`.
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
-    n_ks, blend = len(settings.distinct_rrf_k), settings.half_life > 0
+    n_ks, blend = len(settings.distinct_rrf_k), blends(settings.half_life)
     # By blend, then floor: one contest each (the blend's own only if some query keeps its scores under it).
     groups = ((blend & ~stack.aged.all()) * len(floors) + floor_index) * n_ks
     codes, code_of = np.unique(groups + settings.k_index, return_inverse=True)
@@ -392,7 +392,7 @@ def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int
     """
     later = plan.searched_later(delay_days)
     changed = np.zeros(len(settings), dtype=bool)
-    blended = np.flatnonzero(settings.half_life > 0)
+    blended = np.flatnonzero(blends(settings.half_life))
     if later.decayed.any() and len(blended):
         changed[blended] = (expected_positions(later, settings[blended], limit) != positions[blended]).any(axis=1)
     return changed

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from rqsweep.engine.channels import Candidate, Candidates
 from rqsweep.engine.recency import decays, recency_factor
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import Knobs, blends
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def recency_blend(fused: Sequence[Fused], memory_age_days: Sequence[float], half
     Equal blended scores put undecayed items before decayed memories (`recency.decays`: the search comes
     after the writes), and otherwise keep the fused order.
     """
-    if half_life_days <= 0:
+    if not blends(half_life_days):
         return list(fused)
     blended = []
     for f in fused:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from rqsweep.knobs import blends
+
 SEARCH_DELAY_SECONDS = 60
 SEARCH_DELAY_DAYS = SEARCH_DELAY_SECONDS / 86_400  # the later search that `tie_sensitive` also checks
 
@@ -17,7 +19,7 @@ def recency_factor(age_days: float, half_life_days: float) -> float:
     so both paths of the engine call this one function. Cached: a run asks for the same few
     hundred (age, half-life) pairs again and again.
     """
-    if half_life_days <= 0 or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
+    if not blends(half_life_days) or not age_days > 0:  # `not >`: an unknown (NaN) age leaves the score as it is
         return 1.0
     return 2.0 ** (-age_days / half_life_days)
 

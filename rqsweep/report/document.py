@@ -7,7 +7,7 @@ import polars as pl
 from rqsweep.backends.base import describe_profile
 from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import KNOBS
+from rqsweep.knobs import KNOBS, blends
 from rqsweep.report import plots
 from rqsweep.report.held_out import gain_table, run_cross_validation
 from rqsweep.report.recency import ASSUMPTION, recency_cost
@@ -175,7 +175,7 @@ def _recency(run: RunFolder) -> list[Block]:
     chosen = run.knobs(run.chosen)
     k, h = chosen.rrf_k, chosen.recency_half_life_days
     blocks: list[Block] = [Heading("What the recency blend costs")]
-    if h == 0:
+    if not blends(h):
         return blocks + [Paragraph("The recency blend is off at the chosen setting (half-life 0): no score is "
                                    "decayed, so no result loses ranks for its age.")]
     return blocks + [

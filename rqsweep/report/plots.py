@@ -17,7 +17,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import KNOBS
+from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, RRF_K
 from rqsweep.report.tables import knob_label, metric_label
 from rqsweep.run_folder import RunFolder
 
@@ -52,21 +52,21 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
         return None
     metric, slice_ = run.objective
     rows = run.grid.filter(pl.col("slice") == slice_)
-    ks = sorted(rows["rrf_k"].unique().to_list())
-    hs = sorted(rows["recency_half_life_days"].unique().to_list())
-    cells = rows.select("rrf_k", "recency_half_life_days").unique()
+    ks = sorted(rows[RRF_K].unique().to_list())
+    hs = sorted(rows[HALF_LIFE].unique().to_list())
+    cells = rows.select(RRF_K, HALF_LIFE).unique()
     if len(ks) < 2 or len(hs) < 2 or cells.height < _MIN_FILL * len(ks) * len(hs):
         return None
     best = (rows.filter(pl.col("feasible") & pl.col(metric).is_not_null())
             .sort([metric, "evaluation_order"], descending=[True, False])
-            .group_by("rrf_k", "recency_half_life_days", maintain_order=True).first())
+            .group_by(RRF_K, HALF_LIFE, maintain_order=True).first())
     k_at, h_at = {k: i for i, k in enumerate(ks)}, {h: j for j, h in enumerate(hs)}
     values = np.full((len(ks), len(hs)), np.nan)
     floors: dict[tuple[int, int], float | None] = {}
-    for k, h, value, floor in best.select("rrf_k", "recency_half_life_days", metric, "min_similarity").rows():
+    for k, h, value, floor in best.select(RRF_K, HALF_LIFE, metric, MIN_SIMILARITY).rows():
         values[k_at[k], h_at[h]], floors[(k_at[k], h_at[h])] = value, floor
     evaluated = np.zeros(values.shape, dtype=bool)
-    evaluated[[k_at[k] for k in cells["rrf_k"]], [h_at[h] for h in cells["recency_half_life_days"]]] = True
+    evaluated[[k_at[k] for k in cells[RRF_K]], [h_at[h] for h in cells[HALF_LIFE]]] = True
     label = objective_label(run)
     fig = Figure(figsize=(min(2.5 + 0.75 * len(hs), 13), min(2 + 0.5 * len(ks), 12)))
     ax = fig.add_subplot()
@@ -76,15 +76,15 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
     hatched = np.ma.masked_where(~(evaluated & np.isnan(values)), np.ones(values.shape))
     ax.pcolor(np.arange(len(hs) + 1) - 0.5, np.arange(len(ks) + 1) - 0.5, hatched, cmap=ListedColormap(["0.88"]),
               hatch="///", edgecolor="0.6", linewidth=0, label=INFEASIBLE_CELL)
-    ax.set_xticks(range(len(hs)), [knob_label("recency_half_life_days", h) for h in hs], rotation=45)
+    ax.set_xticks(range(len(hs)), [knob_label(HALF_LIFE, h) for h in hs], rotation=45)
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
-    ax.set_xlabel("recency_half_life_days")
-    ax.set_ylabel("rrf_k")
+    ax.set_xlabel(HALF_LIFE)
+    ax.set_ylabel(RRF_K)
     if values.size <= 400:  # numbers stay legible up to about a 20 x 20 grid
         midpoint = np.nanmean([np.nanmin(values), np.nanmax(values)])
         for (i, j), floor in floors.items():
             v = values[i, j]
-            ax.text(j, i, f"{v:.3f}\n@{knob_label('min_similarity', floor)}", ha="center", va="center",
+            ax.text(j, i, f"{v:.3f}\n@{knob_label(MIN_SIMILARITY, floor)}", ha="center", va="center",
                     fontsize=6.5, linespacing=1.1, color="black" if v > midpoint else "white")
     chosen = run.knobs(run.best)
     ax.add_patch(_box(h_at[chosen.recency_half_life_days], k_at[chosen.rrf_k]))
@@ -138,10 +138,10 @@ def _set_scale(ax: Axes, knob: str, horizontal: bool) -> None:
     """A scale that keeps a knob's usual values apart: log rrf_k, symlog half-life (0 = off at the origin)."""
     set_scale = ax.set_xscale if horizontal else ax.set_yscale
     axis = ax.xaxis if horizontal else ax.yaxis
-    if knob == "rrf_k":
+    if knob == RRF_K:
         set_scale("log")
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    elif knob == "recency_half_life_days":
+    elif knob == HALF_LIFE:
         set_scale("symlog", linthresh=1)
         axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     else:
@@ -157,7 +157,7 @@ def _positions(values: list) -> np.ndarray:
 
 def feasibility_map(run: RunFolder) -> Figure:
     """Which settings are feasible, projected on knob pairs: colour = feasible share over the hidden knob."""
-    pairs = [("rrf_k", "recency_half_life_days"), ("rrf_k", "min_similarity")]
+    pairs = [(RRF_K, HALF_LIFE), (RRF_K, MIN_SIMILARITY)]
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     axes = fig.subplots(1, len(pairs))
     overall = run.overall()

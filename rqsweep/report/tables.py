@@ -9,7 +9,7 @@ import polars as pl
 from rqsweep import metrics
 from rqsweep.constraints import INCOMPLETE, constraint_key, constraint_slices
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import KNOBS
+from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, blends
 from rqsweep.report.render import format_cell
 from rqsweep.run_folder import RunFolder
 
@@ -21,10 +21,10 @@ def metric_label(name: str) -> str:
 
 def knob_label(knob: str, value: object) -> str:
     """A knob value as engineers say it: the floor or the blend switched off reads `off`."""
-    if knob == "min_similarity":
+    if knob == MIN_SIMILARITY:
         return "off" if value is None else f"{value:g}"
-    if knob == "recency_half_life_days":
-        return "0 (off)" if value == 0 else f"{value:g}"
+    if knob == HALF_LIFE:
+        return f"{value:g}" if blends(value) else f"{value:g} (off)"
     return str(value)
 
 

@@ -13,7 +13,7 @@ from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
-from rqsweep.backends.http.direct import Outcome, Searcher
+from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
 from rqsweep.backends.http.probe import ServerProfile, probe, recheck_results
 from rqsweep.backends.http.replay import Replay
@@ -51,7 +51,7 @@ class HttpBackend:
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         for s in settings:
             check_knobs(self.server, s, self.searcher.client.base_url)
-        by_id: dict[tuple[int, str], Outcome] = self.replay.outcomes(settings) if self.replay else {}
+        by_id: dict[tuple[int, str], SearchOutcome] = self.replay.outcomes(settings) if self.replay else {}
         direct_queries = self.replay.fallback if self.replay else self.queries
         direct = self.spread.direct if self.spread else self.searcher.direct
         for (s, q), outcome in direct(settings, direct_queries).items():
@@ -78,8 +78,7 @@ class HttpBackend:
                 return str(exc)
             return [RankedHit(p, self.keys.get((h.source_type, h.target_id), h.target_id), h.source_type,
                               h.item_id if h.source_type == "document" else None, h.score, h.vector, h.lexical,
-                              h.similarity, 1.0 if h.source_type == "document" or not knobs.recency_half_life_days
-                              else None)
+                              h.similarity, 1.0 if h.source_type == "document" or not knobs.blend_on else None)
                     for p, h in enumerate(hits, 1)]
 
         queries = [q for q in self.queries if query_ids is None or q.id in query_ids]

@@ -9,14 +9,14 @@ import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import (
-    SEARCH_PATH, Dialect, PreparedQuery, ResponseShapeError, SearchScope, expected_positions, parse_hits,
+    SEARCH_PATH, Dialect, PreparedQuery, ResponseShapeError, SearchScope, parse_hits, positions_in_hits,
     search_body,
 )
 from rqsweep.knobs import Knobs
 
 
 @dataclass(frozen=True)
-class Outcome:
+class SearchOutcome:
     """One (setting, query): each expected item's position (0 = absent), or the error of a search that failed
     (never a miss)."""
 
@@ -43,14 +43,14 @@ class Searcher:
         except ResponseShapeError as exc:  # it may quote what the server sent back, credentials included
             raise ResponseShapeError(self.client.scrub(str(exc))) from None
 
-    def outcome(self, query: PreparedQuery, knobs: Knobs) -> Outcome:
+    def outcome(self, query: PreparedQuery, knobs: Knobs) -> SearchOutcome:
         try:
             hits, _ = self.hits(query.text, knobs)
         except RequestFailed as exc:
-            return Outcome(None, str(exc))
-        return Outcome(expected_positions(hits, query.expected)[0])
+            return SearchOutcome(None, str(exc))
+        return SearchOutcome(positions_in_hits(hits, query.expected)[0])
 
-    def direct(self, settings: Sequence[Knobs], queries: Sequence[PreparedQuery]) -> dict[tuple[int, int], Outcome]:
+    def direct(self, settings: Sequence[Knobs], queries: Sequence[PreparedQuery]) -> dict[tuple[int, int], SearchOutcome]:
         """Every (setting index, query index) searched on the server, `max_in_flight` at a time."""
         pairs = [(s, q) for s in range(len(settings)) for q in range(len(queries))]
         outcomes = self.client.map(lambda p: self.outcome(queries[p[1]], settings[p[0]]), pairs)

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed
-from rqsweep.knobs import KNOBS, Knobs
+from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, RRF_K, Knobs
 
 SEARCH_PATH = "/api/v1/knowledge/search"
 
@@ -23,7 +23,7 @@ SEARCH_PATH = "/api/v1/knowledge/search"
 class Dialect:
     """What a server calls things and which knobs it takes; `probe` finds out (older releases differ)."""
 
-    min_similarity: str = "min_similarity"  # "min_score" before the hybrid ranking
+    min_similarity: str = MIN_SIMILARITY  # "min_score" before the hybrid ranking
     memory_store_ids: str = "memory_store_ids"  # "memory_ids" before
     memory_id: str = "memory_id"  # the result field naming the memory: "entry_id" before
     knobs: frozenset[str] = frozenset(KNOBS)
@@ -67,12 +67,12 @@ def search_body(query: str, knobs: Knobs, limit: int, scope: SearchScope, dialec
     body: dict = {"query": query, "limit": limit}
     if scope.project_id is not None:
         body["project_id"] = scope.project_id
-    if "rrf_k" in dialect.knobs:
-        body["rrf_k"] = knobs.rrf_k
-    if knobs.min_similarity is not None and "min_similarity" in dialect.knobs:
+    if RRF_K in dialect.knobs:
+        body[RRF_K] = knobs.rrf_k
+    if knobs.min_similarity is not None and MIN_SIMILARITY in dialect.knobs:
         body[dialect.min_similarity] = knobs.min_similarity
-    if "recency_half_life_days" in dialect.knobs:
-        body["recency_half_life_days"] = knobs.recency_half_life_days
+    if HALF_LIFE in dialect.knobs:
+        body[HALF_LIFE] = knobs.recency_half_life_days
     if scope.tags:
         body["tags"] = dict(scope.tags)
     if scope.memory_store_ids is not None:
@@ -168,7 +168,7 @@ def parse_hits(payload: object, dialect: Dialect) -> list[Hit]:
     return [_hit(row, i, dialect) for i, row in enumerate(payload["results"])]
 
 
-def expected_positions(hits: Sequence[Hit], expected: Sequence[tuple[str, str]]) -> np.ndarray:
+def positions_in_hits(hits: Sequence[Hit], expected: Sequence[tuple[str, str]]) -> np.ndarray:
     """(1, expected) 1-based position of each expected (source type, id)'s first slot; 0 when absent."""
     first: dict[tuple[str, str], int] = {}
     for position, hit in enumerate(hits, 1):

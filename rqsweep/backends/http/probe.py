@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect, SearchScope, search_body
 from rqsweep.errors import BackendError
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import KNOBS, MIN_SIMILARITY, RRF_K, Knobs
 
 # Modern name -> the older release's name, for fields that were renamed rather than added.
-_RENAMED = {"min_similarity": "min_score", "memory_store_ids": "memory_ids"}
+_RENAMED = {MIN_SIMILARITY: "min_score", "memory_store_ids": "memory_ids"}
 _INCLUDE_FLAGS = ("include_documents", "include_memories")
 _MAX_PROBES = 4
 # What replay reads from every result, beyond the ids.
@@ -42,7 +42,7 @@ class ServerProfile:
     @property
     def ranking(self) -> str:
         """What the accepted knobs imply: RRF fusion takes `rrf_k`; a server without it ranks by cosine."""
-        return "hybrid" if "rrf_k" in self.dialect.knobs else "pure cosine"
+        return "hybrid" if RRF_K in self.dialect.knobs else "pure cosine"
 
     def record(self, base_url: str, mode: str) -> dict:
         """The profile kept with the run (run.json, Parquet metadata, report): see `backends.base`."""
@@ -53,7 +53,7 @@ class ServerProfile:
 
     def describe(self) -> str:
         names = [] if self.dialect == Dialect() else [
-            f"{a} as {b}" for a, b in (("min_similarity", self.dialect.min_similarity),
+            f"{a} as {b}" for a, b in ((MIN_SIMILARITY, self.dialect.min_similarity),
                                        ("memory_store_ids", self.dialect.memory_store_ids),
                                        ("memory_id", self.dialect.memory_id)) if a != b]
         parts = [f"knobs accepted: {', '.join(sorted(self.dialect.knobs)) or 'none'}"]
@@ -82,7 +82,7 @@ def _adapt(body: dict, dialect: Dialect, rejected: dict[str, str], unknown: list
         if name in _RENAMED and getattr(dialect, name) == name:
             body[_RENAMED[name]] = value
             dialect = replace(dialect, **{name: _RENAMED[name]})
-        elif modern in ("rrf_k", "recency_half_life_days", "min_similarity"):
+        elif modern in KNOBS:
             rejected[modern] = answer
             dialect = replace(dialect, knobs=dialect.knobs - {modern})
         elif name in _INCLUDE_FLAGS:

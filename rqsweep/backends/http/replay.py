@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from rqsweep.backends.http.client import RequestFailed
 from rqsweep.backends.http.completeness import NEUTRAL, Answer, Rebuilt, Unprovable, expected_rows, rebuild
-from rqsweep.backends.http.direct import Outcome, Searcher
+from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import PreparedQuery
 from rqsweep.engine.batch import QueryPlan, SettingsBatch, expected_positions, plan_query
 from rqsweep.engine.fusion import fuse
@@ -92,14 +92,14 @@ class Replay:
                                 include_memories=store == "memory")
                 answers.append(Answer(self.searcher.hits(query.text, NEUTRAL, limit, alone)[0], limit, (store,)))
 
-    def outcomes(self, settings: Sequence[Knobs]) -> dict[tuple[int, str], Outcome]:
+    def outcomes(self, settings: Sequence[Knobs]) -> dict[tuple[int, str], SearchOutcome]:
         """(setting index, query id) -> outcome for every replayed query, by the fast path."""
         batch = SettingsBatch.from_knobs(settings)
-        out: dict[tuple[int, str], Outcome] = {}
+        out: dict[tuple[int, str], SearchOutcome] = {}
         for r in self.replayed:
             positions = expected_positions(r.plan, batch, self.searcher.limit)
             for s in range(len(settings)):
-                out[(s, r.query.id)] = Outcome(positions[s])
+                out[(s, r.query.id)] = SearchOutcome(positions[s])
         self._verify(settings)
         return out
 

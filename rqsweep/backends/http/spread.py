@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.http.auth import Target
 from rqsweep.backends.http.client import SoatClient, Stats
-from rqsweep.backends.http.direct import Outcome, Searcher
+from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
 from rqsweep.knobs import Knobs
 from rqsweep.pacing import RequestLimits
@@ -39,7 +39,7 @@ class WorkerSearches:
 
 
 def search_chunk(share: RequestLimits, searches: Sequence[tuple[PreparedQuery, Knobs]],
-                 setup: WorkerSearches) -> tuple[list[Outcome], tuple[int, int, int]]:
+                 setup: WorkerSearches) -> tuple[list[SearchOutcome], tuple[int, int, int]]:
     """One chunk's outcomes, on a worker, within `share`; and (requests, retries, failures) it made."""
     client = SoatClient(setup.target, max_in_flight=share.max_in_flight,
                         requests_per_second=share.requests_per_second, reached=True, **setup.client)
@@ -59,7 +59,7 @@ class SpreadSearches:
                  advance: Callable[[float], None]):
         self.cluster, self.setup, self.limits, self.stats, self.advance = cluster, setup, limits, stats, advance
 
-    def direct(self, settings: Sequence[Knobs], queries: Sequence[PreparedQuery]) -> dict[tuple[int, int], Outcome]:
+    def direct(self, settings: Sequence[Knobs], queries: Sequence[PreparedQuery]) -> dict[tuple[int, int], SearchOutcome]:
         """Every (setting index, query index) searched on the cluster, within the run's limits."""
         pairs = [(s, q) for s in range(len(settings)) for q in range(len(queries))]
         lanes = self.limits.split(self.cluster.n_workers)
@@ -68,7 +68,7 @@ class SpreadSearches:
         results = self.cluster.run_lanes(search_chunk, [[(queries[q], settings[s]) for s, q in c] for c in chunks],
                                          lanes, self.setup,
                                          finished=lambda i: self.advance(len(chunks[i]) / len(queries)))
-        found: dict[tuple[int, int], Outcome] = {}
+        found: dict[tuple[int, int], SearchOutcome] = {}
         for chunk, (outcomes, (requests, retries, failures)) in zip(chunks, results):
             found.update(zip(chunk, outcomes))
             self.stats.add(requests=requests, retries=retries, failures=failures)

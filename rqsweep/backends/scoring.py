@@ -1,0 +1,79 @@
+"""The scoring core of the embedded backend, shared by its executors: in this process, over local processes
+(joblib), and on a Dask cluster (`dask_shards`). Queries are planned once (`plan_queries`), split into contiguous
+shards (`shard_bounds`), each shard scored for a batch of settings (`score_plans`) and the shards joined back in
+query order (`join_shards`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+from joblib import Parallel, delayed, parallel_config
+
+from rqsweep.engine.batch import (QueryPlan, SettingsBatch, delay_changes_positions, plan_query, stack_plans,
+                                  stacked_positions)
+from rqsweep.engine.channels import Candidates
+from rqsweep.engine.index import Index
+from rqsweep.engine.pgsort import TIE_ORDERS
+from rqsweep.engine.recency import SEARCH_DELAY_DAYS
+from rqsweep.scope import Scope
+
+_PREPARE_LOG_SECONDS = 5.0
+
+PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) positions, (settings, queries) tie sensitivity
+
+
+def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
+                 scope: Scope, log: Callable[[str], None] = lambda _: None
+                 ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
+    """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
+    candidates in the index's tie order (for `ranked`)."""
+    plans: dict[str, list[QueryPlan]] = {order: [] for order in TIE_ORDERS}
+    kept: list[Candidates] = []
+    ages = index.memory_age_days()
+    started = last = time.monotonic()
+    for n, ((text, keys), vector) in enumerate(zip(queries, vectors), 1):
+        for order in TIE_ORDERS:
+            candidates = index.candidates(text, limit, scope, order, vector)
+            plans[order].append(plan_query(candidates, index.expected_rows(keys), ages))
+            if order == index.tie_order:
+                kept.append(candidates)
+        if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
+            last = time.monotonic()
+            log(f"candidates: {n}/{len(queries)} queries, {last - started:.0f}s")
+    return plans[index.tie_order], plans[next(o for o in TIE_ORDERS if o != index.tie_order)], kept
+
+
+def score_plans(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int) -> PositionsAndTies:
+    """(settings, queries, keys) positions and (settings, queries) tie sensitivity, every query at once.
+
+    Small integer types: results travel back from worker processes, and limit <= 100.
+    """
+    found = stacked_positions(stack_plans(plans), batch, limit)
+    tie = (stacked_positions(stack_plans(alternates), batch, limit) != found).any(axis=2)
+    for q, plan in enumerate(plans):
+        tie[:, q] |= delay_changes_positions(plan, batch, limit, found[:, q, : len(plan.groups)], SEARCH_DELAY_DAYS)
+    return found.astype(np.int16), tie
+
+
+def score_in_processes(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int,
+                       workers: int) -> PositionsAndTies:
+    """`score_plans` over `workers` local loky processes through joblib, one shard of queries each."""
+    with parallel_config(backend="loky", n_jobs=workers):
+        parts = Parallel()(delayed(score_plans)(plans[a:b], alternates[a:b], batch, limit)
+                           for a, b in shard_bounds(len(plans), workers))
+    return join_shards(parts)
+
+
+def join_shards(parts: Sequence[PositionsAndTies]) -> PositionsAndTies:
+    """Shards of queries (in query order) scored for the same settings, as one (settings, queries, ...) result."""
+    width = max(p[0].shape[2] for p in parts)
+    positions = np.concatenate([np.pad(p[0], ((0, 0), (0, 0), (0, width - p[0].shape[2]))) for p in parts], axis=1)
+    return positions, np.concatenate([p[1] for p in parts], axis=1)
+
+
+def shard_bounds(n_queries: int, n_shards: int) -> list[tuple[int, int]]:
+    """`n_shards` contiguous, near-equal (start, stop) ranges of query indices (fewer when queries are few)."""
+    edges = np.linspace(0, n_queries, min(n_shards, n_queries) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
