@@ -87,7 +87,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rqsweep", parents=[_gate_options()],
         description="Sweep SOAT's knowledge-search knobs over a golden set and write a Parquet grid and a report.",
-        epilog="Other commands: `rqsweep report RUN_DIR`, `rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR]` (--help on each).")
+        epilog="Other commands: `rqsweep report RUN_DIR`, `rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR]`, `rqsweep explain "
+               "RUN_DIR QUERY_ID`, `rqsweep export RUN_DIR`, `rqsweep sweeps` (--help on each).")
     p.add_argument("config", type=Path, help="job config (YAML), e.g. configs/handbook.yaml")
     p.add_argument("--workers", type=_workers, help="parallel workers, >= 1 or -1 for every core "
                                                      "(overrides the config's `workers`)")

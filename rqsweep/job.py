@@ -309,7 +309,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         # Relative to the run folder, where `rqsweep explain` finds it again.
         "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
         "config_sha256": config.sha256,
-        "golden_path": config.relative(inputs.golden.path), "golden_sha256": inputs.golden.sha256,
+        "golden_path": config.relative(inputs.golden.path), "golden_layout": inputs.golden.layout,
+        "golden_sha256": inputs.golden.sha256,
         "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "versions": _versions(), "warnings": list(inputs.golden.warnings),
         **({"storage": redact_url(config.sweep.storage)} if config.sweep.storage else {}),
     }

@@ -212,3 +212,20 @@ def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     assert "1 queries have no item graded 2 or more (first: 't1')" in out
     config = job(tmp_path, golden={"path": "qrels.txt", "topics": "topics.txt"}, relevance_level=4)
     refused(capsys, config, "job.yaml: relevance_level: 4: no expected item of qrels.txt is graded 4 or more")
+
+
+def test_a_beir_corpus_error_names_its_line(tmp_path, capsys):
+    write_beir(tmp_path / "beir")
+    with (tmp_path / "beir" / "corpus.jsonl").open("a") as f:
+        f.write(json.dumps({"_id": "doc-vpn", "text": "again"}) + "\n")
+    config = job(tmp_path, corpus=None, golden="beir")
+    refused(capsys, config, "corpus.jsonl: line 6.key: duplicate key 'doc-vpn' (first at line 1)")
+
+
+def test_run_json_records_the_golden_sets_layout(tmp_path, capsys):
+    write_beir(tmp_path / "beir")
+    config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"field": "kind"}}, validation=False)
+    code, _, err = cli(capsys, config, "--quiet", "--output-dir", tmp_path / "out")
+    assert code == 0, err
+    run_dir = next((tmp_path / "out" / "mini").iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["golden_layout"] == "BEIR (split test)"

@@ -138,6 +138,20 @@ def test_soat_keeps_the_servers_order_among_tied_scores_where_trec_eval_sorts_th
         return [f"{q} Q0 {k} {i} 0.5 {tag}" for i, k in enumerate(slots, 1)]
 
     assert reference_values(qrels, lists, ["mrr"], 1, tied)["q"]["recip_rank"] == 1 / 2
+    # On the generated lists, with scores tied in runs as SOAT's fused scores tie: the export's scores give
+    # rqsweep's values for every query, the raw scores another value for some.
+    qrels, lists = generated(1)
+    rng = np.random.default_rng(5)
+    scores = {q: np.sort(rng.integers(0, 3, size=len(s)))[::-1] for q, s in lists.items()}
+
+    def raw(q, slots, tag):
+        return [line.rsplit(" ", 2)[0] + f" {scores[q][i]} {tag}" for i, line in enumerate(run_lines(q, slots, tag))]
+
+    ours = dict(rqsweep_values(qrels, lists, ["mrr"], 1).select("query_id", "mrr").iter_rows())
+    exported = reference_values(qrels, lists, ["mrr"], 1)
+    with_ties = reference_values(qrels, lists, ["mrr"], 1, raw)
+    assert all(exported[q]["recip_rank"] == pytest.approx(ours[q]) for q in exported)
+    assert sum(with_ties[q]["recip_rank"] != pytest.approx(ours[q]) for q in with_ties) > 10
 
 
 def test_ndcg_ignores_the_relevance_level_in_both():

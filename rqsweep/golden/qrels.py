@@ -58,7 +58,8 @@ def read_beir(folder: Path, split: str) -> Layout:
         raise InputError(folder, "split", f"{shown(split)}: no qrels/{split}.tsv (splits here: {', '.join(splits)})")
     corpus_raw, docs = _beir_rows(folder / "corpus.jsonl", "corpus")
     corpus = corpus_from_rows([{"key": str(d["_id"]), "title": d.get("title") or "",
-                                "content": d.get("text") or d.get("title")} for d in docs], [], folder / "corpus.jsonl")
+                                "content": d.get("text") or d.get("title")} for d in docs], [], folder / "corpus.jsonl",
+                              lambda _, i: f"line {i + 1}")
     queries_raw, query_rows = _beir_rows(folder / "queries.jsonl", "golden set")
     queries = {}
     for i, q in enumerate(query_rows):
