@@ -34,6 +34,7 @@ from rqsweep.results import (
     LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, new_run_folder,
     knobs_of, query_table, redact, setting_knobs,
 )
+from rqsweep.settings_table import settings_table
 from rqsweep.space import grid
 from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, redact_url, study_name
@@ -388,6 +389,8 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
                   metadata)
     write_parquet(run_dir / "grid.parquet", done.grid, metadata if done.validation is None else {
         **metadata, "rqsweep.validation": json.dumps(done.validation.as_json())})
+    write_parquet(run_dir / "settings.parquet", settings_table(
+        done.grid, (config.objective.metric, config.objective.slice), inputs.metrics), metadata)
     held_out = [] if done.validation is None else summary_lines(done.validation,
                                                                  metrics.get(config.objective.metric).label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),

@@ -39,7 +39,11 @@ def test_readme_snippet_runs_verbatim(project, monkeypatch, lang, code):
     result = duckdb.sql(code)
     rows = result.fetchall()
     assert rows
-    if "run_id" in result.columns:  # grouped by run: one row each
+    if "worst_change" in result.columns:  # settings.parquet: the filter's rows, by gain
+        changes = [row[result.columns.index("objective_change")] for row in rows]
+        assert all(row[result.columns.index("worst_change")] >= -0.05 for row in rows)
+        assert changes == sorted(changes, reverse=True)
+    elif "run_id" in result.columns:  # grouped by run: one row each
         assert len(rows) == 2
     else:  # one run's best setting: one row per slice, overall included
         assert len(rows) == len({s for _, s, _, _ in QUERIES}) + 1
