@@ -147,6 +147,10 @@ def corpus_from_rows(documents: object, memories: object, file: Path,
     return Corpus(tuple(docs), tuple(mems))
 
 
+CORPUS_FORMATS = ("corpora read: rqsweep's file (.yaml, .yml, .json: documents and memories), JSON lines (.jsonl: a "
+                  "document per line, or a memory with source_type memory), a folder of Markdown and plain-text pages")
+
+
 def _corpus_lines(rows: list, file: Path) -> tuple[list, list, Callable[[str, int], str]]:
     """JSON lines of documents and memories: each row a document unless its `source_type` says memory."""
     kinds: dict[str, list] = {"documents": [], "memories": []}
@@ -170,6 +174,9 @@ def load_corpus(path: Path, files: CorpusFiles = CorpusFiles()) -> Corpus:
         from rqsweep.pages import read_pages  # the pages' reader builds on this module's rows
 
         return read_pages(path, files)
+    if path.suffix.lower() not in (".yaml", ".yml", ".json", ".jsonl") and path.exists():
+        raise InputError(path, "", f"{shown(path.suffix or path.name)}: not a corpus layout rqsweep reads; "
+                                   f"{CORPUS_FORMATS}")
     _, data = read_data(path, "corpus")
     if path.suffix.lower() == ".jsonl":
         documents, memories, where_is = _corpus_lines(data, path)

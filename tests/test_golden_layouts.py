@@ -229,3 +229,12 @@ def test_run_json_records_the_golden_sets_layout(tmp_path, capsys):
     assert code == 0, err
     run_dir = next((tmp_path / "out" / "mini").iterdir())
     assert json.loads((run_dir / "run.json").read_text())["golden_layout"] == "BEIR (split test)"
+
+
+def test_a_csv_grading_some_keys_only_and_an_unknown_corpus_layout_are_refused(tmp_path, capsys):
+    config = job(tmp_path, golden="queries.csv")
+    (tmp_path / "queries.csv").write_text("query,expected\nvpn,doc-vpn=2;doc-laptop\n")
+    refused(capsys, config, "queries.csv: line 2.expected", "grade every key (key=grade) or none")
+    (tmp_path / "corpus.csv").write_text("key,content\n")
+    config = job(tmp_path, corpus="corpus.csv")
+    refused(capsys, config, "corpus.csv: '.csv': not a corpus layout rqsweep reads", "a folder of Markdown")

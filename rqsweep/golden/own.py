@@ -76,6 +76,9 @@ def read_table(path: Path, raw: bytes) -> Layout:
             raise InputError(path, where, f"{len(header) + len(cells[None])} cells, the header names {len(header)}")
         row = {k: v.strip() for k, v in cells.items() if v is not None and v.strip()}
         if "expected" in row:
-            row["expected"] = _split_keys(row["expected"])
+            keys = row["expected"]
+            row["expected"] = _split_keys(keys)
+            if isinstance(row["expected"], list) and "=" in keys:
+                raise InputError(path, f"{where}.expected", f"{shown(keys)}: grade every key (key=grade) or none")
         rows.append(_row(row, i, path, where))
     return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", rows, None, [raw])
