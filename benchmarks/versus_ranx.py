@@ -156,7 +156,8 @@ def fast_path_side(args: argparse.Namespace) -> None:
         """Per metric, its mean over queries for each rrf_k."""
         found = stacked_positions(stack, batch, limit)
         flat = found.reshape(len(batch) * len(plans), found.shape[-1])
-        return {m: metrics.get(m).per_query(metrics.Judged.binary(flat, n_expected)).reshape(len(batch), len(plans)).mean(axis=1)
+        judged = metrics.Judged.binary(flat, n_expected)
+        return {m: metrics.get(m).per_query(judged).reshape(len(batch), len(plans)).mean(axis=1)
                 for m in names}
 
     def optimize() -> int:
@@ -187,7 +188,8 @@ def agreement(fast: dict, ranx: dict) -> dict:
 
     def scored(p: np.ndarray) -> np.ndarray:
         flat = p.reshape(-1, p.shape[-1])
-        return np.stack([metrics.get(m).per_query(metrics.Judged.binary(flat, n_expected.ravel())) for m in METRICS], -1).reshape(
+        judged = metrics.Judged.binary(flat, n_expected.ravel())
+        return np.stack([metrics.get(m).per_query(judged) for m in METRICS], -1).reshape(
             p.shape[:2] + (len(METRICS),))
 
     ours, soat, ranx_keys = scored(positions), scored(ranx["soat_order"]), scored(ranx["ranx_order"])

@@ -354,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "explain": _explain, "export": _export, "sweeps": _sweeps, "gate": _gate, "serve": _serve,
+    commands = {"report": _report, "explain": _explain, "export": _export, "sweeps": _sweeps, "gate": _gate,
+                "serve": _serve,
                 "worker": _worker, "collect": _collect}
     command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
     try:

@@ -495,7 +495,8 @@ def _sweep_file(name: str, config: Path) -> Path:
             return (folder / f"{name}.yaml").resolve()
     shipped = ", ".join(sorted(p.stem for p in SHIPPED_SWEEPS.glob("*.yaml")))
     raise InputError(config, "sweep", f"{shown(name)}: no sweeps/{name}.yaml beside the config or its folder, and "
-                                      f"no shipped sweep of that name (shipped: {shipped}; `rqsweep sweeps` lists them)")
+                                      f"no shipped sweep of that name (shipped: {shipped}; `rqsweep sweeps` lists "
+                                      "them)")
 
 
 def _sweep(value: object, config: Path) -> SweepConfig:

@@ -571,7 +571,8 @@ def main(argv: list[str]) -> int:
             if config.corpus is None:
                 print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)
                 return 2
-            ids = server.store.preload(load_corpus(config.corpus, config.corpus_files), _engine(config).chunking, config.name)
+            corpus = load_corpus(config.corpus, config.corpus_files)
+            ids = server.store.preload(corpus, _engine(config).chunking, config.name)
             args.preload.write_text(json.dumps(ids, indent=2) + "\n")
         url = server.start(args.host, args.port)
     except RqsweepError as exc:

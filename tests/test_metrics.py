@@ -49,7 +49,8 @@ def test_ndcg_uses_binary_gains_and_the_ideal_order_of_min_expected_k_items():
     ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
     assert got[3] == pytest.approx((1 / math.log2(3) + 1 / math.log2(6)) / ideal)
     # With a cut-off below |expected|, the ideal list holds k items only: a perfect top 2 scores 1.
-    assert metrics.get("ndcg_at_2").per_query(metrics.Judged.binary(np.array([[1, 2, 0]]), np.array([3]))).tolist() == [1.0]
+    top_two = metrics.Judged.binary(np.array([[1, 2, 0]]), np.array([3]))
+    assert metrics.get("ndcg_at_2").per_query(top_two).tolist() == [1.0]
 
 
 def test_r_precision_cuts_at_the_number_of_expected_items():

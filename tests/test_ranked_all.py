@@ -20,8 +20,8 @@ def test_ranked_all_keeps_every_settings_lists_and_they_agree_with_the_scored_po
     # Each expected key's first slot in the stored list is the position the sweep scored, for every setting.
     first = ranked.group_by("setting_id", "query_id", "key").agg(pl.col("position").min())
     want = queries.select("setting_id", "query_id", "expected", "positions").explode("expected", "positions")
-    joined = want.join(first, left_on=["setting_id", "query_id", "expected"], right_on=["setting_id", "query_id", "key"],
-                       how="left")
+    joined = want.join(first, left_on=["setting_id", "query_id", "expected"],
+                       right_on=["setting_id", "query_id", "key"], how="left")
     assert joined.height == want.height
     assert joined["positions"].to_list() == joined["position"].to_list()
     # hits.parquet's lists are the same rows for the two settings it holds.

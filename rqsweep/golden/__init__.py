@@ -72,7 +72,8 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
     queries, ids, unjudged = [], {}, []
     for row in layout.rows:
         if row.id in ids:
-            raise InputError(row.file, f"{row.where}.id", f"duplicate query id {shown(row.id)} (first at {ids[row.id]})")
+            raise InputError(row.file, f"{row.where}.id",
+                             f"duplicate query id {shown(row.id)} (first at {ids[row.id]})")
         ids[row.id] = row.where
         if row.slice == OVERALL:
             raise InputError(row.file, f"{row.where}.slice", f"{OVERALL!r} is reserved for the figure over all queries")
@@ -94,7 +95,8 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
         else:
             unjudged.append(row.id)
     if not queries:
-        raise InputError(path, "", "the golden set has no queries" + (" with an item graded 1 or more" * bool(unjudged)))
+        raise InputError(path, "", "the golden set has no queries"
+                         + (" with an item graded 1 or more" * bool(unjudged)))
     if unjudged:
         warnings.append(f"{len(unjudged)} queries have no item graded 1 or more and are not run (first: "
                         f"{shown(unjudged[0])})")
