@@ -262,22 +262,23 @@ def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Ve
 
 
 def golden_table(golden: GoldenSet) -> pl.DataFrame:
-    """What each golden query is: its slice, text and expected keys, in the golden set's order."""
+    """What each golden query is: its slice, text, expected keys and their grades, in the golden set's order."""
     return pl.DataFrame({
         "query_id": [q.id for q in golden.queries],
         "slice": [q.slice for q in golden.queries],
         "query": [q.query for q in golden.queries],
         "expected": pl.Series([[e.key for e in q.expected] for q in golden.queries], dtype=pl.List(pl.String)),
+        "grades": pl.Series([list(q.grades) for q in golden.queries], dtype=pl.List(pl.Int64)),
     })
 
 
 def query_table(scored: pl.DataFrame, golden: pl.DataFrame, metric_names: Sequence[str], run_id: str) -> pl.DataFrame:
-    """queries.parquet: one row per (setting, query), with the query's text, expected keys, each expected key's
-    position, the first relevant rank and every metric's per-query value. `golden` is `golden_table`'s."""
+    """queries.parquet: one row per (setting, query), with the query's text, expected keys and their grades, each
+    expected key's position, the first relevant rank and every metric's per-query value. `golden` is `golden_table`'s."""
     return (scored.join(golden, on="query_id", how="left", maintain_order="left")
             .with_columns(pl.lit(run_id).alias("run_id"))
             .select("run_id", "setting_id", *KNOBS, "query_id", "slice",
-                    "query", "expected", "positions", "rank", *metric_names, "error", "tie_sensitive"))
+                    "query", "expected", "grades", "positions", "rank", *metric_names, "error", "tie_sensitive"))
 
 
 HITS_SCHEMA = {

@@ -71,7 +71,11 @@ def test_a_beir_folder_runs_end_to_end_with_its_graded_qrels_and_slice_sidecar(r
     assert grid["setting_id"].n_unique() == 6
     queries = pl.read_parquet(run_dir / "queries.parquet")
     # Grade-0 judgements are not expected items; every query keeps its target and the documents sharing a word.
-    assert queries.filter(pl.col("setting_id") == grid["setting_id"][0])["expected"].list.len().min() >= 1
+    one = queries.filter(pl.col("setting_id") == grid["setting_id"][0])
+    assert one["expected"].list.len().min() >= 1
+    # Each expected key's grade, as the qrels give it: every query's target is graded 2 or 3, the others 1.
+    assert (one["grades"].list.len() == one["expected"].list.len()).all()
+    assert set(one["grades"].list.max()) <= {2, 3} and set(one["grades"].explode()) == {1, 2, 3}
     # Graded gains: a query whose grade-1 item ranks first and whose grade-3 item is absent scores below 1.
     assert (queries["ndcg_at_10"] < queries["hit_at_3"]).any()
 
