@@ -127,3 +127,11 @@ def test_run_and_qrels_lines_percent_encode_whitespace_and_mark_a_documents_late
 
     assert run_lines("q 1", ["it/my page.md", "m", "it/my page.md"], "t") == [
         "q%201 Q0 it/my%20page.md 1 3 t", "q%201 Q0 m 2 2 t", "q%201 Q0 it/my%20page.md#3 3 1 t"]
+
+
+def test_explain_shows_the_grades_of_a_graded_golden_set(run_dir, capsys):
+    assert main(["explain", str(run_dir), "q00"]) == 0
+    expected = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Expected: "))
+    queries = pl.read_parquet(run_dir / "queries.parquet").filter(pl.col("query_id") == "q00").row(0, named=True)
+    assert expected.startswith("Expected: " + ", ".join(f"{k}={g}" for k, g in zip(queries["expected"],
+                                                                                 queries["grades"])))

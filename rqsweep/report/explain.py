@@ -190,7 +190,7 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
 
     role = "chosen" if other == run.chosen and setting_id is None else "setting"
     lines = [f"Query {query_id} (slice {row['slice']}): {row['query']!r}",
-             f"Expected: {', '.join(expected)}   (* marks an expected item)", "",
+             f"Expected: {', '.join(_graded(expected, row.get('grades')))}   (* marks an expected item)", "",
              f"     {'baseline ' + run.baseline:<{_LIST_WIDTH}}{role} {other}"]
     columns = [lists[run.baseline], lists[other]] if other != run.baseline else [lists[run.baseline]] * 2
     texts = [[c] if isinstance(c, str) else [_hit_line(h, set(expected)) for h in c] for c in columns]
@@ -216,6 +216,13 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
         reasons = moved_by(before, after, base_knobs, other_knobs, run.limit)
         lines.append("  moved by: " + ("; ".join(reasons) if reasons else "nothing: the same path under both"))
     return "\n".join(lines)
+
+
+def _graded(keys: list[str], grades: list[int] | None) -> list[str]:
+    """Keys as the golden set grades them (`key=grade`), when it grades any other than 1 (older runs: no grades)."""
+    if not grades or all(g == 1 for g in grades):
+        return keys
+    return [f"{k}={g}" for k, g in zip(keys, grades)]
 
 
 def _position_of(key: str, hits: list[RankedHit] | str) -> int | None:
