@@ -257,6 +257,8 @@ def dry_run(config_path: Path) -> str:
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
         f"(setting x query) evaluations: {n * len(golden.queries)}; {BACKENDS[config.backend.kind].searches}",
     ]
+    if config.ranked == "all":
+        lines.append(f"ranked: all: at most {n * len(golden.queries)} more searches after the sweep, for ranked.parquet")
     lines += [f"warning: {w}" for w in golden.warnings]
     return "\n".join(lines)
 

@@ -11,6 +11,8 @@ from tests.minijob import write_job
 
 def test_ranked_all_keeps_every_settings_lists_and_they_agree_with_the_scored_positions(tmp_path, capsys):
     config = write_job(tmp_path, ranked="all", validation=False)
+    assert main([str(config), "--dry-run"]) == 0
+    assert "ranked: all: at most 480 more searches after the sweep, for ranked.parquet" in capsys.readouterr().out
     assert main([str(config), "--quiet"]) in (0, 4), capsys.readouterr().err
     run_dir = next((tmp_path / "results" / "mini").iterdir())
     ranked = pl.read_parquet(run_dir / "ranked.parquet")

@@ -93,7 +93,8 @@ _TITLE = re.compile(r"<title>\s*(?:Topic:)?\s*(.*?)\s*(?=<[a-z]+>|</top>|$)", re
 
 def _topics(path: Path, raw: bytes) -> dict[str, tuple[str, dict]]:
     """TREC's `<top>` topics (the `<title>` is the query) or `query-id<TAB>text` lines."""
-    text = raw.decode("utf-8-sig", errors="replace")
+    lines = _lines(path, raw)
+    text = "\n".join(line for _, line in lines)
     out = {}
     if _TOPIC.search(text):
         for i, block in enumerate(_TOPIC.findall(text)):
@@ -104,7 +105,7 @@ def _topics(path: Path, raw: bytes) -> dict[str, tuple[str, dict]]:
                 raise InputError(path, f"topic {i + 1}", f"duplicate query id {shown(num.group(1))}")
             out[num.group(1)] = (" ".join(title.group(1).split()), {})
         return out
-    for n, line in _lines(path, raw):
+    for n, line in lines:
         qid, tab, query = line.partition("\t")
         if not tab or not query.strip():
             raise InputError(path, f"line {n}", f"expected query-id<TAB>query text (or TREC <top> topics), "
