@@ -37,8 +37,21 @@ QUERIES = [
     ("e2", "entity", "who approves big expenses", "mem-cfo"),
 ]
 
+# Entity questions the recency blend leaves alone (their answers are documents): with them, the blend's lift of
+# freshness costs entity a fifth of its MRR rather than most of it, so bounds of 0.1 and 0.2 choose differently.
+STEADY_ENTITY_QUERIES = [
+    ("e3", "entity", "standing desks", "doc-expenses"),
+    ("e4", "entity", "laptop refresh", "doc-laptop"),
+    ("e5", "entity", "backup bucket", "doc-backup"),
+    ("e6", "entity", "incident commander", "doc-oncall"),
+    ("e7", "entity", "corporate client", "doc-vpn"),
+    ("e8", "entity", "IT portal laptop", "doc-laptop"),
+    ("e9", "entity", "restores tested monthly", "doc-backup"),
+    ("e10", "entity", "pager app", "doc-laptop"),
+]
 
-def write_job(folder: Path, sweep: dict | str | None = None, **overrides) -> Path:
+
+def write_job(folder: Path, sweep: dict | str | None = None, *, extra_queries=(), **overrides) -> Path:
     """Write corpus.yaml, golden.yaml and job.yaml under `folder`; returns the config path."""
     folder.mkdir(parents=True, exist_ok=True)
     corpus = {
@@ -46,7 +59,7 @@ def write_job(folder: Path, sweep: dict | str | None = None, **overrides) -> Pat
         "memories": [{"key": k, "content": c, "age_days": a, "store": "facts"} for k, c, a in MEMORIES],
     }
     (folder / "corpus.yaml").write_text(yaml.safe_dump(corpus, sort_keys=False))
-    golden = [{"id": i, "slice": s, "query": q, "expected": e} for i, s, q, e in QUERIES]
+    golden = [{"id": i, "slice": s, "query": q, "expected": e} for i, s, q, e in [*QUERIES, *extra_queries]]
     (folder / "golden.yaml").write_text(yaml.safe_dump(golden, sort_keys=False))
     config = {
         "name": "mini",
