@@ -35,6 +35,9 @@ from rqsweep.results import (
     knobs_of, query_table, redact, setting_knobs,
 )
 from rqsweep.settings_table import settings_table
+from rqsweep.report.routing import ROUTING_FILE, routing_record
+from rqsweep.report.routing import summary_lines as routing_lines
+from rqsweep.routing import Routing, route
 from rqsweep.space import grid
 from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, redact_url, study_name
@@ -60,6 +63,7 @@ class Finished:
     best: str | None
     rejected: dict[str, int]
     validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
+    routing: Routing | None  # one setting per slice, validated by nested cross-validation (with `validation:`)
 
 
 class Sweep:
@@ -212,10 +216,14 @@ class Sweep:
                                self.golden.slices)
         stamp = {"run_id": self.run_id, "config_sha256": self.config.sha256, "golden_sha256": self.golden.sha256}
         grid_frame = grid_table(slice_rows, settings, verdicts, self.baseline_id, names, stamp)
-        cv = None if folds is None else cross_validate(
-            folds, lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect(),
-            self.baseline_id, (obj.metric, obj.slice), self.config.constraints)
-        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv)
+        def rows_of(ids: list[str]) -> pl.DataFrame:
+            return pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect()
+
+        objective = (obj.metric, obj.slice)
+        cv = None if folds is None else cross_validate(folds, rows_of, self.baseline_id, objective,
+                                                       self.config.constraints)
+        routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
+        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes)
 
 
 def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
@@ -393,8 +401,12 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         **metadata, "rqsweep.validation": json.dumps(done.validation.as_json())})
     write_parquet(run_dir / "settings.parquet", settings_table(
         done.grid, (config.objective.metric, config.objective.slice), inputs.metrics), metadata)
-    held_out = [] if done.validation is None else summary_lines(done.validation,
-                                                                 metrics.get(config.objective.metric).label)
+    label = metrics.get(config.objective.metric).label
+    held_out = [] if done.validation is None else summary_lines(done.validation, label)
+    if done.routing is not None:
+        routing = routing_record(done.routing, run_id)
+        write_json(run_dir / ROUTING_FILE, routing)
+        held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()

@@ -103,7 +103,7 @@ def assign_folds(queries: pl.DataFrame, folds: int, seed: int) -> dict[str, int]
     return out
 
 
-def _matrices(rows: pl.DataFrame, order: Sequence[str], query_ids: list[str],
+def matrices(rows: pl.DataFrame, order: Sequence[str], query_ids: list[str],
               metrics: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(metrics, settings, queries) values, 0 where the search failed or is missing, and (settings, queries)
     success flags: a (settings x queries) matrix per metric."""
@@ -159,7 +159,7 @@ class FoldSums:
         """Sum a chunk of scored rows (setting_id, query_id, error and a column per metric) of settings not added
         before."""
         order = rows["setting_id"].unique(maintain_order=True).to_list()
-        values, ok = _matrices(rows, order, self.query_ids, self.metrics)
+        values, ok = matrices(rows, order, self.query_ids, self.metrics)
         at = slice(len(self.settings), len(self.settings) + len(order))
         for f, row in enumerate(self._cells):
             for s, columns in enumerate(row):
@@ -175,7 +175,7 @@ class FoldSums:
 
 
 @dataclass(frozen=True)
-class _Rule:
+class Rule:
     """The whole run's rule for the best setting, applied to the means of some of the queries."""
 
     order: Sequence[str]
@@ -185,18 +185,21 @@ class _Rule:
     slices: list[str]
     metrics: Sequence[str]
 
-    def best(self, sums: np.ndarray, successes: np.ndarray, failures: np.ndarray,
-             present: np.ndarray) -> str | None:
-        """The best feasible setting given (metrics, settings, slices) sums over successful searches,
-        (settings, slices) successes and failures, and which slices have queries in this part."""
+    def means(self, sums: np.ndarray, successes: np.ndarray, failures: np.ndarray) -> SliceMeans:
+        """The slice means of a part of the queries, from (metrics, settings, slices) sums over successful
+        searches and (settings, slices) successes and failures."""
         per_slice = _means(sums, successes)
         overall = _means(sums.sum(axis=2), successes.sum(axis=1))
         values = np.concatenate([per_slice, overall[:, :, None]], axis=2).transpose(1, 2, 0)
-        means = SliceMeans(list(self.order), [*self.slices, OVERALL], list(self.metrics), values,
-                           failures.sum(axis=1))
+        return SliceMeans(list(self.order), [*self.slices, OVERALL], list(self.metrics), values, failures.sum(axis=1))
+
+    def best(self, sums: np.ndarray, successes: np.ndarray, failures: np.ndarray,
+             present: np.ndarray) -> str | None:
+        """The best feasible setting given the sums of `means` and which slices have queries in this part."""
         # A slice with no query in this part cannot be checked: "*" constraints skip it.
         checked = [s for s, here in zip(self.slices, present) if here]
-        return choose_best(means, self.baseline, self.objective, self.constraints, checked).best
+        return choose_best(self.means(sums, successes, failures), self.baseline, self.objective, self.constraints,
+                           checked).best
 
 
 def cross_validate(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline: str,
@@ -217,7 +220,7 @@ def cross_validate(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame],
     order = sums.settings
     total, successes, failures = sums.arrays()
     members = sums.members
-    rule = _Rule(order, baseline, objective, constraints, slices, metrics)
+    rule = Rule(order, baseline, objective, constraints, slices, metrics)
     all_sums, all_successes, all_failures, all_members = (total.sum(axis=2), successes.sum(axis=1),
                                                           failures.sum(axis=1), members.sum(axis=0))
     in_sample_best = rule.best(all_sums, all_successes, all_failures, all_members > 0)
@@ -225,7 +228,7 @@ def cross_validate(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame],
                               all_failures - failures[:, f], all_members - members[f] > 0) for f in range(folds))
 
     applied = list(dict.fromkeys([baseline, in_sample_best or baseline, *(c or baseline for c in choices)]))
-    values, ok = _matrices(rows_of(applied), applied, query_ids, metrics)
+    values, ok = matrices(rows_of(applied), applied, query_ids, metrics)
     position = {sid: i for i, sid in enumerate(applied)}
     scored_by = np.array([position[c or baseline] for c in choices])[sums.fold]  # per query, its fold's setting
     columns = np.arange(len(query_ids))

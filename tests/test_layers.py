@@ -16,7 +16,7 @@ STEPS = [
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),
     ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation",
-     "rqsweep.ladder"),
+     "rqsweep.ladder", "rqsweep.routing"),
     ("rqsweep.results", "rqsweep.run_folder", "rqsweep.settings_table"),
     ("rqsweep.report", "rqsweep.gate"),
     ("rqsweep.job",),

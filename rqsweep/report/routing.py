@@ -1,0 +1,142 @@
+"""routing.json, and what the console and the report say of it: the routing table beside the global choice.
+
+routing.json holds each slice's request fields, ready for a caller that knows the query's slice, and the
+held-out figures of nested cross-validation (`rqsweep.routing`), with percentile bootstrap intervals over the
+held-out queries (`significance.paired_test`, seeded): the report reads them from the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from rqsweep.golden import OVERALL
+from rqsweep.knobs import Knobs
+from rqsweep.report.render import Block, Heading, Paragraph, Table
+from rqsweep.report.significance import ALPHA, ROUNDS, paired_test
+from rqsweep.routing import GUARD, Routing
+
+ROUTING_FILE = "routing.json"
+ROUTING_FORMAT = 1
+
+
+def request_fields(setting_id: str) -> dict:
+    """The knobs as a SOAT search request carries them: every knob explicitly (a server's environment may set
+    other defaults), `min_similarity` left out when there is no floor."""
+    knobs = Knobs.from_id(setting_id)
+    fields: dict = {"rrf_k": knobs.rrf_k}
+    if knobs.min_similarity is not None:
+        fields["min_similarity"] = knobs.min_similarity
+    fields["recency_half_life_days"] = knobs.recency_half_life_days
+    return fields
+
+
+def _interval(d: np.ndarray) -> dict:
+    test = paired_test(d)
+    return {"mean": test.mean_difference, "ci": [test.ci_low, test.ci_high], "p_value": test.p_value}
+
+
+def routing_record(routing: Routing, run_id: str) -> dict:
+    """What routing.json holds."""
+    metric, objective_slice = routing.objective
+    held_out = {}
+    for s in [*routing.routes, OVERALL]:
+        m = routing.members(s)
+        n, base, global_, routed = routing.held_out(s)
+        held_out[s] = {"queries": n, "baseline": base, "global": global_, "routing": routed,
+                       "global_gain": _interval(routing.global_values[m] - routing.baseline_values[m]),
+                       "routing_gain": _interval(routing.routed_values[m] - routing.baseline_values[m]),
+                       "routing_over_global": _interval(routing.routed_values[m] - routing.global_values[m])}
+    return {
+        "rqsweep_routing": ROUTING_FORMAT, "run_id": run_id, "objective": {"metric": metric, "slice": objective_slice},
+        "baseline": routing.baseline,
+        "global": {"setting_id": routing.global_setting, "request": request_fields(routing.global_setting)},
+        "guard": GUARD,
+        "slices": {s: {"setting_id": r.setting, "request": request_fields(r.setting), "routed": r.routed,
+                       "own_best": r.own, "guard": {"folds_won": r.folds_won, "folds_compared": r.folds_compared,
+                                                    "held_out_gain": r.guard_gain}}
+                   for s, r in routing.routes.items()},
+        "held_out": {"folds": routing.folds, "seed": routing.seed, "confidence": 1 - ALPHA,
+                     "bootstrap_resamples": ROUNDS, "fold_globals": list(routing.fold_globals),
+                     "fold_routes": [dict(r) for r in routing.fold_routes], "slices": held_out},
+    }
+
+
+def read_routing(run_dir: Path) -> dict | None:
+    path = run_dir / ROUTING_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.4f}"
+
+
+def _with_ci(figure: dict) -> str:
+    low, high = figure["ci"]
+    return f"{_signed(figure['mean'])} [{low:+.4f}, {high:+.4f}]"
+
+
+def summary_lines(data: dict, metric_label: str) -> list[str]:
+    """The console's routing lines: the held-out gain beside the global one, then the table."""
+    overall = data["held_out"]["slices"][OVERALL]
+    folds = data["held_out"]["folds"]
+    routed = [s for s, r in data["slices"].items() if r["routed"]]
+    lines = [f"Routing held-out gain (one setting per slice, nested {folds}-fold CV): overall {metric_label} "
+             f"{_with_ci(overall['routing_gain'])} vs the global setting's {_with_ci(overall['global_gain'])}; "
+             f"routing - global {_with_ci(overall['routing_over_global'])} "
+             f"({len(routed)} of {len(data['slices'])} slices routed; {int(data['held_out']['confidence'] * 100)}% "
+             f"bootstrap intervals)"]
+    lines.append(f"  {'slice':<16}{'queries':>8}  {'setting':<52}{'guard':>8}  {'Δ global':>9}  {'Δ routing':>9}")
+    for s, r in data["slices"].items():
+        h = data["held_out"]["slices"][s]
+        guard = f"{r['guard']['folds_won']}/{r['guard']['folds_compared']}" if r["guard"]["folds_compared"] else "-"
+        setting = Knobs.from_id(r["setting_id"]).label() + ("" if r["routed"] else " (global)")
+        lines.append(f"  {s:<16}{h['queries']:>8}  {setting:<52}{guard:>8}  "
+                     f"{_signed(h['global_gain']['mean']):>9}  {_signed(h['routing_gain']['mean']):>9}")
+    return lines
+
+
+def _guard_words(route: dict) -> str:
+    guard = route["guard"]
+    if not guard["folds_compared"]:
+        return "no: nothing beats the global setting on the slice"
+    return f"{'yes' if route['routed'] else 'no'}: {guard['folds_won']} of {guard['folds_compared']} folds won"
+
+
+def routing_table(data: dict) -> pl.DataFrame:
+    rows = []
+    for s in [*data["slices"], OVERALL]:
+        h = data["held_out"]["slices"][s]
+        r = data["slices"].get(s)
+        low, high = h["routing_over_global"]["ci"]
+        rows.append({
+            "slice": s, "queries": h["queries"],
+            "setting": "–" if r is None else Knobs.from_id(r["setting_id"]).label(),
+            "routed (guard)": "–" if r is None else _guard_words(r),
+            "Δ held-out global": h["global_gain"]["mean"], "Δ held-out routing": h["routing_gain"]["mean"],
+            "Δ routing − global": h["routing_over_global"]["mean"],
+            f"{data['held_out']['confidence']:.0%} CI": f"[{low:+.4f}, {high:+.4f}]"})
+    return pl.DataFrame(rows)
+
+
+def routing_blocks(run_dir: Path, metric_label: str) -> list[Block]:
+    data = read_routing(run_dir)
+    heading = Heading("One setting per slice (routing)")
+    if data is None:
+        return [heading, Paragraph("No routing table: cross-validation is off in this run's config (the guard and "
+                                   "the held-out gain need folds), or the run was written before rqsweep kept one.")]
+    folds = data["held_out"]["folds"]
+    return [heading, Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
+        f"SOAT's search takes the knobs in each request, so a caller that knows a query's slice can send it the "
+        f"slice's own setting ({ROUTING_FILE} holds each slice's request fields). A slice's own setting is its best "
+        f"feasible one on its own queries, under the constraints covering it (those of other slices and of overall "
+        f"do not bind it, since it serves only that slice's queries). The guard: {data['guard']}. Held out: nested "
+        f"{folds}-fold cross-validation on the global estimate's folds; each fold's routing, guard included, is "
+        f"chosen without its queries, which it then scores. No search was repeated."),
+        Table(routing_table(data), note=(
+            f"Δ: held-out {metric_label} minus the baseline's on the same queries; global: every query scored by "
+            f"the global setting its fold chose; routing: by the setting its fold's routing gave its slice. CI: "
+            f"percentile bootstrap of routing − global over the held-out queries, {ROUNDS:,} resamples."))]

@@ -1,0 +1,181 @@
+"""Routing: one setting per slice, for a caller that knows the query's slice, validated held out.
+
+SOAT's search takes `rrf_k`, `min_similarity` and `recency_half_life_days` in each request, so a caller that
+knows what kind of question it sends can send each kind its own setting. Besides the one global choice
+(`choose_best`), each slice gets:
+
+- its own best: the best feasible setting on the slice's own queries (the objective's metric on that slice),
+  under the constraints that cover that slice (`slice: "*"` or the slice by name). Other slices' constraints
+  and those on `overall` do not bind it: it serves only that slice's queries. When it does not beat the global
+  setting on the slice, the slice keeps the global setting.
+- the guard (GUARD): the slice leaves the global setting only when its own choice holds out. Cross-validation
+  over the queries the routing is chosen on: for each fold holding queries of the slice, both choices (the
+  slice's own and the global) are made again without that fold and compared on its queries of the slice. The
+  slice is routed when its own choice wins in a strict majority of those folds and its pooled held-out gain is
+  above zero; a slice too small to win most folds stays on the global setting.
+
+The held-out gain of routing is measured by nested cross-validation on the same folds as the global
+estimate (`rqsweep.validation`): each outer fold's routing (global choice, candidates and guard, whose inner
+folds are the other outer folds) is chosen without the fold's queries and scores them. No search is repeated:
+every choice reads the per-(setting, fold, slice) sums of the evaluated grid, and only the few settings the
+folds apply are read back query by query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import numpy as np
+import polars as pl
+
+from rqsweep.config import Constraint
+from rqsweep.constraints import choose_best
+from rqsweep.golden import OVERALL
+from rqsweep.validation import FoldSums, Rule, matrices
+
+GUARD = ("a slice leaves the global setting only when its own choice, made again without each fold that holds its "
+         "queries, beats the global choice made without that fold on the fold's queries of the slice in a strict "
+         "majority of those folds, with a pooled held-out gain above zero")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One slice's routing, chosen on all queries."""
+
+    setting: str  # what the slice's queries are sent with: `own` when routed, else the global setting
+    own: str  # the slice's own best (the global setting when nothing beats it on the slice)
+    routed: bool
+    folds_won: int  # guard: folds where `own`'s choice beat the global choice on the slice's held-out queries
+    folds_compared: int  # guard: folds holding queries of the slice (0 when `own` is the global setting)
+    guard_gain: float | None  # guard: the pooled held-out gain of the slice's own choices over the global ones
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The routing table and what nested cross-validation says of it.
+
+    Per query (in `query_ids`' order): its slice, and the objective metric's value at the baseline, at the
+    global setting its outer fold chose and at the setting its fold's routing sent it with; `paired` marks the
+    queries whose searches succeeded for all three, the ones every held-out figure averages.
+    """
+
+    objective: tuple[str, str]
+    baseline: str
+    folds: int
+    seed: int
+    global_setting: str  # the best feasible setting on all queries, else the baseline
+    routes: dict[str, Route]  # slice -> its route, the golden set's slices in order
+    fold_globals: tuple[str, ...]  # per outer fold, the global setting its held-out queries were scored with
+    fold_routes: tuple[dict[str, str], ...]  # per outer fold, slice -> the setting its held-out queries got
+    query_ids: list[str]
+    slice_of: list[str]
+    baseline_values: np.ndarray
+    global_values: np.ndarray
+    routed_values: np.ndarray
+    paired: np.ndarray
+
+    def members(self, slice_: str) -> np.ndarray:
+        slices = np.array(self.slice_of)
+        return self.paired & (np.ones(len(slices), bool) if slice_ == OVERALL else slices == slice_)
+
+    def held_out(self, slice_: str) -> tuple[int, float | None, float | None, float | None]:
+        """(paired queries, baseline, global, routing) held-out means on a slice or overall."""
+        m = self.members(slice_)
+        if not m.any():
+            return 0, None, None, None
+        return (int(m.sum()), float(self.baseline_values[m].mean()), float(self.global_values[m].mean()),
+                float(self.routed_values[m].mean()))
+
+
+class _Chooser:
+    """Choices on a part of the folds, from the fold sums: the global setting and each slice's own."""
+
+    def __init__(self, sums: FoldSums, baseline: str, objective: tuple[str, str], constraints: Sequence[Constraint]):
+        self.total, self.successes, self.failures = sums.arrays()
+        self.members, self.slices = sums.members, sums.slices
+        self.baseline, self.objective, self.constraints = baseline, objective, list(constraints)
+        self.rule = Rule(sums.settings, baseline, objective, constraints, sums.slices, sums.metrics)
+        self.metric = sums.metrics.index(objective[0])
+        self.index = {sid: i for i, sid in enumerate(sums.settings)}
+        self.choose = lru_cache(maxsize=None)(self._choose)
+
+    def _choose(self, folds: tuple[int, ...]) -> tuple[str, dict[str, str]]:
+        f = list(folds)
+        means = self.rule.means(self.total[:, :, f].sum(axis=2), self.successes[:, f].sum(axis=1),
+                                self.failures[:, f].sum(axis=1))
+        checked = [s for s, n in zip(self.slices, self.members[f].sum(axis=0)) if n]
+        chosen = choose_best(means, self.baseline, self.objective, self.constraints, checked).best or self.baseline
+        own = {}
+        for s in checked:
+            covering = [c for c in self.constraints if c.slice in ("*", s)]
+            best = choose_best(means, self.baseline, (self.objective[0], s), covering, [s]).best
+            at_global = means.value(chosen, s, self.objective[0])
+            beats = best is not None and means.value(best, s, self.objective[0]) > (
+                -np.inf if at_global is None else at_global)
+            own[s] = best if beats else chosen
+        return chosen, own
+
+    def mean(self, setting: str, fold: int, slice_: int) -> float | None:
+        i = self.index[setting]
+        n = self.successes[i, fold, slice_]
+        return float(self.total[self.metric, i, fold, slice_] / n) if n else None
+
+    def guarded(self, folds: tuple[int, ...]) -> tuple[str, dict[str, Route]]:
+        """The routing chosen on `folds`: the global setting, and each slice's route after the guard, whose
+        folds are `folds` themselves (each left out in turn)."""
+        chosen, own = self.choose(folds)
+        routes = {}
+        for s, candidate in own.items():
+            if candidate == chosen:
+                routes[s] = Route(chosen, chosen, False, 0, 0, None)
+                continue
+            k = self.slices.index(s)
+            won = compared = queries = 0
+            gained = 0.0
+            for h in folds:
+                if not self.members[h, k]:
+                    continue
+                inner_global, inner_own = self.choose(tuple(x for x in folds if x != h))
+                compared += 1
+                mine, theirs = self.mean(inner_own.get(s, inner_global), h, k), self.mean(inner_global, h, k)
+                if mine is not None and theirs is not None:
+                    won += mine > theirs
+                    gained += (mine - theirs) * self.members[h, k]
+                    queries += self.members[h, k]
+            gain = gained / queries if queries else None
+            routed = compared > 0 and 2 * won > compared and gain is not None and gain > 0
+            routes[s] = Route(candidate if routed else chosen, candidate, routed, won, compared, gain)
+        return chosen, routes
+
+
+def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline: str, objective: tuple[str, str],
+          constraints: Sequence[Constraint]) -> Routing | None:
+    """The routing table chosen on all queries, and its held-out figures by nested cross-validation.
+
+    `sums` and `rows_of` are those of `validation.cross_validate` (the same folds). None when there are fewer
+    than two folds.
+    """
+    if sums.folds < 2:
+        return None
+    chooser = _Chooser(sums, baseline, objective, constraints)
+    everything = tuple(range(sums.folds))
+    global_setting, routes = chooser.guarded(everything)
+    outer = [chooser.guarded(tuple(x for x in everything if x != f)) for f in everything]
+    fold_globals = tuple(g for g, _ in outer)
+    fold_routes = tuple({s: r.setting for s, r in routes_f.items()} for _, routes_f in outer)
+
+    applied = list(dict.fromkeys([baseline, *fold_globals, *(sid for r in fold_routes for sid in r.values())]))
+    values, ok = matrices(rows_of(applied), applied, sums.query_ids, [objective[0]])
+    position = {sid: i for i, sid in enumerate(applied)}
+    slice_names = [sums.slices[k] for k in sums.slice_of]
+    global_at = np.array([position[fold_globals[f]] for f in sums.fold])
+    routed_at = np.array([position[fold_routes[f].get(s, fold_globals[f])] for f, s in zip(sums.fold, slice_names)])
+    columns = np.arange(len(sums.query_ids))
+    base_at = np.full(len(columns), position[baseline])
+    paired = ok[base_at, columns] & ok[global_at, columns] & ok[routed_at, columns]
+    return Routing(objective, baseline, sums.folds, sums.seed, global_setting,
+                   {s: routes.get(s, Route(global_setting, global_setting, False, 0, 0, None)) for s in sums.slices},
+                   fold_globals, fold_routes, list(sums.query_ids), slice_names, values[0, base_at, columns],
+                   values[0, global_at, columns], values[0, routed_at, columns], paired)

@@ -1,0 +1,165 @@
+"""Routing: one setting per slice, guarded and validated held out by nested cross-validation on the grid."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from rqsweep.config import Constraint, Validation
+from rqsweep.golden import OVERALL
+from rqsweep.routing import route
+from rqsweep.validation import FoldSums, assign_folds
+from tests.test_validation import fold_members, golden, per_query
+
+B, S, X, N = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0", "k5_moff_h0.0"
+DROP = [Constraint("mrr", "*", max_drop=0.1)]
+
+
+def routing_of(rows: pl.DataFrame, constraints=(), folds: int = 5, seed: int = 0):
+    queries = rows.select("query_id", "slice").unique("query_id", maintain_order=True)
+    slices = sorted(set(queries["slice"].to_list()))
+    sums = FoldSums(queries, slices, ["mrr"], Validation(folds, seed), rows["setting_id"].n_unique())
+    for _, chunk in rows.group_by("setting_id", maintain_order=True):
+        sums.add(chunk)
+    return route(sums, lambda ids: rows.filter(pl.col("setting_id").is_in(ids)), B, ("mrr", OVERALL),
+                 list(constraints))
+
+
+def leak_run():
+    """Slices a and b, 10 queries each; 5 folds of 2 a-queries and 2 b-queries.
+
+    B: 0.5 everywhere. S: 0.55 on every a-query (+0.05 each, +0.5 in all), 0.25 on every b-query (so S breaks
+    b's max_drop: infeasible globally, not as a's route). X: 1.0 on fold 0's two a-queries (+1.0 in all),
+    0.5 on the other a-queries, 0.35 on the b-queries (globally infeasible too): on all queries X is a's best,
+    though its whole gain sits in fold 0.
+    """
+    queries = golden({"a": 10, "b": 10})
+    folds = assign_folds(queries, 5, seed=0)
+    spike = fold_members(queries, folds, 0, "a")
+    base = dict.fromkeys(folds, 0.5)
+    steady = {q: 0.55 if q.startswith("a-") else 0.25 for q in folds}
+    spiky = {q: 1.0 if q in spike else 0.5 if q.startswith("a-") else 0.35 for q in folds}
+    return per_query(queries, {B: {"mrr": base}, S: {"mrr": steady}, X: {"mrr": spiky}}), folds
+
+
+def test_a_folds_own_queries_never_choose_its_routing():
+    rows, folds = leak_run()
+    routing = routing_of(rows, DROP)
+    # Whoever sees fold 0's queries picks X for slice a: the leak this case makes visible.
+    assert routing.routes["a"].own == X
+    # Fold 0's routing is chosen without them: S, which holds on every other fold (4 of 4). A leak would have
+    # sent fold 0's a-queries to X and shown +0.5 on each.
+    assert routing.fold_routes[0]["a"] == S
+    # Folds 1-4 train with fold 0: a's own best there is X, which wins only the inner fold holding the spike
+    # (1 of 4), so the guard keeps a on the global setting: the baseline, since S breaks b's max_drop.
+    assert routing.fold_globals == (B,) * 5
+    assert [r["a"] for r in routing.fold_routes[1:]] == [B] * 4
+    n, base, global_, routed = routing.held_out("a")
+    assert n == 10 and routed - base == pytest.approx(2 * 0.05 / 10) and global_ == base
+    # On all queries the guard compares fold by fold: only the fold holding the spike is won (by S, chosen
+    # without it); on the others, X (chosen with the spike) merely ties the baseline.
+    assert (routing.routes["a"].folds_won, routing.routes["a"].folds_compared) == (1, 5)
+    assert not routing.routes["a"].routed and routing.routes["a"].setting == B
+
+
+def test_changing_a_folds_queries_never_changes_that_folds_choices():
+    rng = np.random.default_rng(5)
+    queries = golden({"a": 12, "b": 9, "c": 6})
+    order = [B, *(f"k{k}_moff_h{h}.0" for k in (1, 5, 20) for h in (0, 30))]
+    ranks = rng.integers(0, 4, size=(len(order), queries.height))
+
+    def rows_for(r):
+        return pl.DataFrame({
+            "setting_id": np.repeat(order, queries.height), "query_id": queries["query_id"].to_list() * len(order),
+            "slice": queries["slice"].to_list() * len(order), "error": pl.Series([None] * r.size, dtype=pl.String),
+            "mrr": np.where(r > 0, 1 / np.maximum(r, 1), 0.0).ravel()})
+
+    before = routing_of(rows_for(ranks), DROP)
+    folds = assign_folds(queries, 5, seed=0)
+    fold = np.array([folds[q] for q in queries["query_id"]])
+    changed_anything = False
+    for f in range(5):
+        other = ranks.copy()
+        other[:, fold == f] = rng.integers(0, 4, size=(len(order), int((fold == f).sum())))
+        after = routing_of(rows_for(other), DROP)
+        assert after.fold_routes[f] == before.fold_routes[f] and after.fold_globals[f] == before.fold_globals[f]
+        changed_anything |= after.fold_routes != before.fold_routes or after.routes != before.routes
+    assert changed_anything  # the new values do move the other folds' choices: the invariance is not vacuous
+
+
+def small_slice_run(noisy: bool):
+    """Slice a: 20 queries where nothing moves; slice s: 3 queries (3 folds hold one each).
+
+    N, noisy: one s-query 0.5 -> 1.0, another 0.5 -> 0.25: +0.25 in-sample on 3 queries, luck of one query.
+    N, steady: every s-query 0.5 -> 0.75.
+    """
+    queries = golden({"a": 20, "s": 3})
+    s_queries = [q for q in queries["query_id"] if q.startswith("s-")]
+    base = dict.fromkeys(queries["query_id"], 0.5)
+    if noisy:
+        other = {**base, s_queries[0]: 1.0, s_queries[1]: 0.25}
+    else:
+        other = {**base, **dict.fromkeys(s_queries, 0.75)}
+    # N costs slice a a little everywhere, so the global choice stays the baseline.
+    other |= {q: 0.45 for q in queries["query_id"] if q.startswith("a-")}
+    return per_query(queries, {B: {"mrr": base}, N: {"mrr": other}})
+
+
+def test_the_guard_keeps_a_small_slice_whose_gain_is_noise_on_the_global_setting():
+    routing = routing_of(small_slice_run(noisy=True))
+    s = routing.routes["s"]
+    assert s.own == N  # in-sample, N is the small slice's best
+    assert s.folds_compared == 3 and s.folds_won == 0 and not s.routed and s.setting == B
+    assert routing.global_setting == B
+    assert all(r["s"] == B for r in routing.fold_routes if "s" in r)
+    n, base, global_, routed = routing.held_out("s")
+    assert n == 3 and routed == base
+
+
+def test_the_guard_routes_a_small_slice_whose_gain_holds_on_every_fold():
+    routing = routing_of(small_slice_run(noisy=False))
+    s = routing.routes["s"]
+    assert (s.own, s.routed, s.setting, s.folds_won, s.folds_compared) == (N, True, N, 3, 3)
+    assert s.guard_gain == pytest.approx(0.25)
+    n, base, global_, routed = routing.held_out(OVERALL)
+    # Held out: each fold holding an s-query routes s on the other two such folds (2 of 2 won): +0.25 on each.
+    assert n == 23 and global_ == base and routed - base == pytest.approx(0.75 / 23)
+
+
+def test_routing_json_holds_each_slices_request_and_held_out_figures_the_per_query_table_gives(tmp_path):
+    from rqsweep import job
+    from rqsweep.knobs import Knobs
+    from rqsweep.report.routing import read_routing, request_fields
+    from tests.minijob import STEADY_ENTITY_QUERIES, write_job
+
+    config = write_job(tmp_path, extra_queries=STEADY_ENTITY_QUERIES,
+                       constraints=[{"metric": "mrr", "slice": "*", "max_drop": 0.1}])
+    out = job.run(config, quiet=True)
+    data = read_routing(out.run_dir)
+    queries = pl.read_parquet(out.run_dir / "queries.parquet")
+    assert set(data["slices"]) == set(queries["slice"])
+    for s, r in data["slices"].items():
+        knobs = Knobs.from_id(r["setting_id"])
+        assert r["request"]["rrf_k"] == knobs.rrf_k
+        assert r["request"]["recency_half_life_days"] == knobs.recency_half_life_days
+        assert r["request"].get("min_similarity") == knobs.min_similarity
+        assert r["setting_id"] == (r["own_best"] if r["routed"] else data["global"]["setting_id"])
+    assert request_fields("k5_m0.25_h30.0") == {"rrf_k": 5, "min_similarity": 0.25, "recency_half_life_days": 30.0}
+    assert "min_similarity" not in request_fields("k5_moff_h30.0")
+    # Each query scored by the setting its fold's routing gave its slice, read back from queries.parquet.
+    golden_queries = queries.select("query_id", "slice").unique("query_id")
+    folds = assign_folds(golden_queries, data["held_out"]["folds"], data["held_out"]["seed"])
+    mrr = {(sid, q): v for sid, q, v in queries.select("setting_id", "query_id", "mrr").rows()}
+    routed, base = [], []
+    for q, s in golden_queries.rows():
+        f = folds[q]
+        routed.append(mrr[(data["held_out"]["fold_routes"][f].get(s, data["held_out"]["fold_globals"][f]), q)])
+        base.append(mrr[(data["baseline"], q)])
+    overall = data["held_out"]["slices"][OVERALL]
+    assert overall["queries"] == len(routed)
+    assert overall["routing_gain"]["mean"] == pytest.approx(np.mean(routed) - np.mean(base))
+    low, high = overall["routing_over_global"]["ci"]
+    assert low <= overall["routing_over_global"]["mean"] <= high
+    assert any(line.startswith("Routing held-out gain") for line in out.summary.splitlines())
+    assert "One setting per slice (routing)" in (out.run_dir / "report.md").read_text()
