@@ -34,7 +34,8 @@ def settings_table(grid: pl.DataFrame, objective: tuple[str, str], metric_names:
     """
     metric, objective_slice = objective
     slices = sorted(set(grid["slice"].to_list()) - {OVERALL}) + [OVERALL]
-    baseline = grid.filter(pl.col("is_baseline")).select("slice", *(pl.col(m).alias(f"_base_{m}") for m in metric_names))
+    baseline = grid.filter(pl.col("is_baseline")).select(
+        "slice", *(pl.col(m).alias(f"_base_{m}") for m in metric_names))
     long = grid.join(baseline, on="slice", how="left").with_columns(
         (pl.col(m) - pl.col(f"_base_{m}")).alias(f"_change_{m}") for m in metric_names)
     wide = grid.filter(pl.col("slice") == OVERALL).select(

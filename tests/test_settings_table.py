@@ -35,7 +35,8 @@ def test_settings_parquet_equals_a_self_join_of_the_grid(run_dir):
     grid = pl.read_parquet(run_dir / "grid.parquet")
     table = pl.read_parquet(run_dir / "settings.parquet")
     assert table.height == grid["setting_id"].n_unique()
-    assert table["setting_id"].to_list() == grid.sort("evaluation_order")["setting_id"].unique(maintain_order=True).to_list()
+    in_order = grid.sort("evaluation_order")["setting_id"].unique(maintain_order=True)
+    assert table["setting_id"].to_list() == in_order.to_list()
     by_hand = self_join(grid)
     assert_frame_equal(table.select(by_hand.columns), by_hand.select(by_hand.columns).join(
         table.select("setting_id"), on="setting_id", how="right").select(by_hand.columns))
