@@ -235,6 +235,8 @@ def test_a_csv_grading_some_keys_only_and_an_unknown_corpus_layout_are_refused(t
     config = job(tmp_path, golden="queries.csv")
     (tmp_path / "queries.csv").write_text("query,expected\nvpn,doc-vpn=2;doc-laptop\n")
     refused(capsys, config, "queries.csv: line 2.expected", "grade every key (key=grade) or none")
+    (tmp_path / "queries.csv").write_text("query,expected\nvpn,doc-laptop=0;doc-laptop=2\n")
+    refused(capsys, config, "queries.csv: line 2.expected[1]", "'doc-laptop' is graded twice (0, 2)")
     (tmp_path / "corpus.csv").write_text("key,content\n")
     config = job(tmp_path, corpus="corpus.csv")
     refused(capsys, config, "corpus.csv: '.csv': not a corpus layout rqsweep reads", "a folder of Markdown")

@@ -57,7 +57,8 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
 
     Every expected key must exist, ids must be unique and slice names non-empty; items graded 0 or below are
     not relevant and are dropped, and a query left with none is not run; duplicate query texts are allowed.
-    Both are reported in `warnings`, as is a golden set without slices (`config` is named by slice-rule errors).
+    `warnings` reports queries not run, duplicate texts and a golden set without slices (`config` is the file
+    slice-rule errors name).
     """
     layout = _layout(path, rules)
     if corpus is None:
@@ -78,10 +79,11 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
         if row.slice == OVERALL:
             raise InputError(row.file, f"{row.where}.slice", f"{OVERALL!r} is reserved for the figure over all queries")
         expected: dict[str, Expected] = {}
+        graded: dict[str, int] = {}
         for j, (stype, key, grade) in enumerate(row.expected):
             where = f"{row.where}.expected[{j}]"
-            if key in expected and expected[key].grade != grade:
-                raise InputError(row.file, where, f"key {shown(key)} is graded twice ({expected[key].grade}, {grade})")
+            if graded.setdefault(key, grade) != grade:
+                raise InputError(row.file, where, f"key {shown(key)} is graded twice ({graded[key]}, {grade})")
             if grade <= 0:
                 continue
             if key not in types:

@@ -13,9 +13,10 @@ FIELDS = ("id", "slice", "query", "expected")
 
 
 def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, str, int]]:
-    """A key, a list of keys (grade 1 each), or a mapping key -> grade."""
-    if isinstance(value, dict):
-        items = [(k, grade(g, path, f"{where}.{k}")) for k, g in value.items()]
+    """A key, a list of keys (grade 1 each), or a mapping key -> grade (a CSV cell's (key, grade) pairs)."""
+    pairs = value.items() if isinstance(value, dict) else value if isinstance(value, tuple) else None
+    if pairs is not None:
+        items = [(k, grade(g, path, f"{where}.{k}")) for k, g in pairs]
     else:
         items = [(k, 1) for k in (value if isinstance(value, list) else [value])]
     if not items or not all(isinstance(k, str) and k for k, _ in items):
@@ -45,11 +46,11 @@ def read_rows(path: Path, data: object, raw: bytes) -> Layout:
     return Layout("rqsweep", [_row(row, i, path, f"[{i}]") for i, row in enumerate(data)], None, [raw])
 
 
-def _split_keys(cell: str) -> dict[str, str] | list[str]:
-    """`a;b` -> [a, b]; `a=3;b=1` -> {a: "3", b: "1"} (every key graded, or none)."""
+def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
+    """`a;b` -> [a, b]; `a=3;b=1` -> ((a, "3"), (b, "1")) (every key graded, or none)."""
     keys = [k.strip() for k in cell.split(";") if k.strip()]
     if keys and all("=" in k for k in keys):
-        return {k.rpartition("=")[0].strip(): k.rpartition("=")[2].strip() for k in keys}
+        return tuple((k.rpartition("=")[0].strip(), k.rpartition("=")[2].strip()) for k in keys)
     return keys
 
 
