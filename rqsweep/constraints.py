@@ -131,3 +131,33 @@ def choose_best(means: SliceMeans, baseline: str, objective: tuple[str, str], co
         base = means.settings.index(baseline)
         best = means.settings[base if base in top else top[0]]
     return Verdicts([INCOMPLETE, *keys], violated, best)
+
+
+@dataclass(frozen=True)
+class Robust:
+    """The setting that holds under every embedder: feasible under each, with the best worst-case objective."""
+
+    setting: str | None  # None when no setting is feasible under every embedder
+    worst: float | None  # its objective under the embedder where it scores lowest
+    feasible_everywhere: int  # how many common settings are feasible under every embedder
+
+
+def choose_robust(runs: dict[str, tuple[SliceMeans, Verdicts]], baseline: str, objective: tuple[str, str]) -> Robust:
+    """Among the settings every embedder evaluated (in the first embedder's order), those feasible under
+    each; of them, the one whose lowest objective over the embedders is highest. Ties keep the baseline,
+    then the earlier setting, as `choose_best` does."""
+    positions = [{s: i for i, s in enumerate(means.settings)} for means, _ in runs.values()]
+    common = [s for s in next(iter(runs.values()))[0].settings if all(s in p for p in positions)]
+    metric, objective_slice = objective
+    feasible = np.ones(len(common), bool)
+    worst = np.full(len(common), np.inf)
+    for (means, verdicts), position in zip(runs.values(), positions):
+        at = np.array([position[s] for s in common], np.int64)
+        score = means.values[at, means.slices.index(objective_slice), means.metrics.index(metric)]
+        feasible &= verdicts.feasible()[at] & ~np.isnan(score)
+        worst = np.minimum(worst, np.where(np.isnan(score), -np.inf, score))
+    if not feasible.any():
+        return Robust(None, None, 0)
+    top = np.flatnonzero(feasible & (worst == worst[feasible].max()))
+    chosen = common.index(baseline) if baseline in common and common.index(baseline) in top else top[0]
+    return Robust(common[chosen], float(worst[chosen]), int(feasible.sum()))
