@@ -294,10 +294,11 @@ def _collect(argv: list[str]) -> int:
 
 
 def _report(argv: list[str]) -> int:
+    from rqsweep.embedder_sweep import embedder_runs, write_embedder_report
     from rqsweep.report import write_report
 
     args = _report_parser().parse_args(argv)
-    write_report(args.run_dir)
+    (write_embedder_report if embedder_runs(args.run_dir) else write_report)(args.run_dir)
     _print_report(args.run_dir)
     return 0
 

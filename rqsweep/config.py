@@ -146,6 +146,18 @@ class EmbeddedConfig:
     chunking: Chunking = Chunking()
     tie_order: Literal["postgres", "insertion"] = "postgres"
     cache_dir: Path | None = None
+    # Every embedder the config names, by label (`embedder` is the first): several make an embedder sweep,
+    # one run per embedder (rqsweep/embedder_sweep.py).
+    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("feature-hash-1024", EmbedderConfig()),)
+
+    @property
+    def label(self) -> str:
+        return self.embedders[0][0]
+
+    def only(self, label: str) -> EmbeddedConfig:
+        """This config with one of its embedders alone."""
+        embedder = dict(self.embedders)[label]
+        return replace(self, embedder=embedder, embedders=((label, embedder),))
 
 
 @dataclass(frozen=True)
@@ -583,9 +595,42 @@ def _metric_names(top: Section) -> tuple[str, ...] | None:
 
 def _embedded(sec: Section) -> EmbeddedConfig:
     sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
-    emb = sec.section("embedder", {})
+    value = sec.data.get("embedder")
+    value = {} if value is None else value
+    if isinstance(value, list) and not value:
+        raise sec.fail("embedder", value, "expected an embedder, or a non-empty list of embedders")
+    sections = ([Section(item, sec.file, sec.where("embedder")) for item in [value]] if not isinstance(value, list)
+                else [Section(item, sec.file, f"{sec.where('embedder')}[{i}]") for i, item in enumerate(value)])
+    embedders: dict[str, EmbedderConfig] = {}
+    for emb in sections:
+        embedder = _embedder(emb)
+        label = emb.get("label", str, default_label(embedder), lambda v: re.fullmatch(r"[A-Za-z0-9._-]+", v) is not None,
+                        "must be letters, digits, '.', '_' or '-' (it names a folder)")
+        if label in embedders:
+            raise emb.fail("label", label, "another embedder has this label: give each a `label` of its own")
+        embedders[label] = embedder
+    cache = sec.get("cache_dir", str, None)
+    return EmbeddedConfig(
+        embedder=next(iter(embedders.values())), chunking=_chunking(sec.section("chunking", {})),
+        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
+        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
+        embedders=tuple(embedders.items()),
+    )
+
+
+def default_label(e: EmbedderConfig) -> str:
+    """An embedder's name in outputs when its config gives none: `feature-hash-1024`, `multilingual-e5-small`,
+    `openai-text-embedding-3-small`."""
+    if e.kind == "feature-hash":
+        return f"feature-hash-{e.dimensions}"
+    name = Path(e.model).stem if e.kind == "local" else f"{e.kind}-{e.model}"
+    suffix = f"-{e.prefixes}" if e.kind == "local" and e.prefixes != "query" else ""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name + suffix)
+
+
+def _embedder(emb: Section) -> EmbedderConfig:
     kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "feature-hash")
-    emb.only("kind", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
+    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
         kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
                "requests_per_second")))
     rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
@@ -602,16 +647,11 @@ def _embedded(sec: Section) -> EmbeddedConfig:
         threads=emb.get("threads", int, None, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
     )
     if kind in ("openai", "ollama") and embedder.model is None:
-        raise InputError(sec.file, emb.where("model"), f"is required for embedder kind {kind!r}")
+        raise InputError(emb.file, emb.where("model"), f"is required for embedder kind {kind!r}")
     if kind == "local" and ("/" in embedder.model or embedder.model.endswith(".bin")):
         # A weights file, not a model's name: relative to the config's folder, as every path in a config is.
-        embedder = replace(embedder, model=str((sec.file.parent / embedder.model).expanduser().resolve()))
-    cache = sec.get("cache_dir", str, None)
-    return EmbeddedConfig(
-        embedder=embedder, chunking=_chunking(sec.section("chunking", {})),
-        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
-        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
-    )
+        embedder = replace(embedder, model=str((emb.file.parent / embedder.model).expanduser().resolve()))
+    return embedder
 
 
 def _chunking(ch: Section) -> Chunking:

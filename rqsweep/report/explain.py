@@ -8,6 +8,7 @@ followed through the ranking's steps (`engine.trace`): the floor, RRF, the recen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -97,6 +98,10 @@ class Recompute:
         if self.inputs.sha256 != info.get("inputs_sha256"):
             raise InputError(config_path, "", "changed since the run (config, sweep, corpus or golden set): "
                                               "lists recomputed now would not be what the run measured")
+        backend = self.inputs.config.backend
+        if len(getattr(backend, "embedders", ())) > 1:  # one embedder's run of a sweep over several
+            config = dataclasses.replace(self.inputs.config, backend=backend.only(info["embedder"]))
+            self.inputs = dataclasses.replace(self.inputs, config=config)
         self._index = None
 
     @property

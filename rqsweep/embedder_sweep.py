@@ -1,0 +1,189 @@
+"""A sweep over several embedders: one ordinary run per embedder, then the union of their tables and whether the
+decision holds across them.
+
+Each embedder's run is a whole run folder of its own under `<run>/embedders/<label>/`: its own index and
+candidates (built once), state, baseline, constraints, choice, cross-validation and report, resumable,
+explainable and gated like any run. So a run over two embedders gives exactly the rows of two single-embedder
+runs. The folder above them holds the union of their grid, per-query and ranked-list tables (the `embedder`
+column tells their rows apart), the robust choice in run.json, and a report on the decision across embedders.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
+from rqsweep.files import write_json, write_parquet, write_parquet_groups, write_text
+from rqsweep.inputs import Inputs
+from rqsweep.progress import Progress
+from rqsweep.constraints import Robust
+from rqsweep.report.embedders import EmbedderSweep, blocks
+from rqsweep.report.render import Heading, Paragraph, to_html, to_markdown
+from rqsweep.results import holding, load_run_json, new_run_folder, redact
+
+EMBEDDERS_FOLDER = "embedders"
+
+
+def embedder_runs(run_dir: Path) -> dict[str, Path]:
+    """Label -> run folder of each embedder of a sweep over several (empty for any other run folder)."""
+    info = load_run_json(run_dir) if (run_dir / "run.json").exists() else {}
+    return {label: run_dir / EMBEDDERS_FOLDER / label for label in info.get("embedders") or []}
+
+
+def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, workers: int | None,
+                  resume: Path | None, output_dir: Path | None, now: datetime | None):
+    """Run (or resume) every embedder's run, then write the combined tables, run.json and report.
+
+    `run_one` is `job.run_inputs`. Returns (run folder, combined grid, robust choice, baseline, summary); ends as
+    `job.run` does otherwise: NoFeasibleSetting (after writing) when no setting is
+    feasible under every embedder, `Interrupted` naming this folder when a signal stops any embedder's run.
+    """
+    config = inputs.config
+    if config.sweep.storage:
+        raise InputError(config.path, "sweep.storage", "a sweep over several embedders keeps each embedder's study in "
+                         "its own run folder: a shared study storage takes one embedder per config")
+    now = now or datetime.now(timezone.utc)
+    if resume is not None:
+        previous = load_run_json(resume)
+        if previous.get("inputs_sha256") != inputs.sha256:
+            raise InputError(resume / "run.json", "inputs_sha256",
+                             f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
+                             "the config, sweep, corpus or golden set changed since this run started")
+        run_id, run_dir = previous["run_id"], resume
+    else:
+        run_id, run_dir = new_run_folder((output_dir or config.output_dir) / config.name, config.sha256,
+                                         inputs.golden.sha256, now)
+    labels = [label for label, _ in config.backend.embedders]
+    info = {"run_id": run_id, "name": config.name, "status": "running", "started_at": now.isoformat(),
+            "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
+            "config_sha256": config.sha256, "golden_sha256": inputs.golden.sha256,
+            "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "embedders": labels,
+            "baseline": config.baseline.id}
+    with holding(run_dir):
+        write_json(run_dir / "run.json", info)
+        try:
+            results = {label: _run_embedder(inputs, label, run_one, progress, run_id, run_dir, workers, now)
+                       for label in labels}
+            return _finish(run_dir, info, inputs, results)
+        except BaseException as exc:
+            write_json(run_dir / "run.json", {**info, "status": "interrupted" if isinstance(exc, KeyboardInterrupt)
+                                              else "failed"})
+            if isinstance(exc, KeyboardInterrupt):
+                raise Interrupted(getattr(exc, "signal_number", signal.SIGINT), run_dir, config.path) from None
+            raise
+
+
+def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progress, run_id: str, run_dir: Path,
+                  workers: int | None, now: datetime) -> Path:
+    config = dataclasses.replace(inputs.config, backend=inputs.config.backend.only(label))
+    folder = run_dir / EMBEDDERS_FOLDER / label
+    progress.log(f"embedder {label}: run folder {folder}")
+    started = time.monotonic()
+    progress = Progress(0, f"{config.name} [{label}]", quiet=progress.quiet, stream=progress.stream)
+    if (folder / "run.json").exists():
+        where = {"resume": folder}
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        where = {"folder": (run_id, folder)}
+    try:
+        run_one(dataclasses.replace(inputs, config=config), progress, started, workers=workers, now=now, **where)
+    except NoFeasibleSetting:
+        pass  # its files are written; the robust choice below says what holds
+    return folder
+
+
+def _finish(run_dir: Path, info: dict, inputs: Inputs, results: dict[str, Path]
+            ) -> tuple[Path, pl.DataFrame, str, str, str]:
+    config = inputs.config
+    grids = {label: pl.read_parquet(folder / "grid.parquet") for label, folder in results.items()}
+    runs = {label: load_run_json(folder) for label, folder in results.items()}
+    metadata = _metadata(results, runs)
+    grid = pl.concat(grids.values())
+    write_parquet(run_dir / "grid.parquet", grid, metadata)
+    write_parquet_groups(run_dir / "queries.parquet", (
+        pl.from_arrow(part) for folder in results.values()
+        for part in pq.ParquetFile(folder / "queries.parquet").iter_batches(batch_size=1 << 20)), metadata)
+    write_parquet(run_dir / "hits.parquet", pl.concat(pl.read_parquet(f / "hits.parquet") for f in results.values()),
+                  metadata)
+    objective = (config.objective.metric, config.objective.slice)
+    identities = {label: (run.get("server_profile") or {}).get("embedder", "") for label, run in runs.items()}
+    robust = _write_report(run_dir, config.name, info["run_id"],
+                           EmbedderSweep(grid, config.baseline.id, objective, identities))
+    info.update({
+        "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
+        "objective": {"metric": objective[0], "slice": objective[1]},
+        "per_embedder": {label: {"run_folder": f"{EMBEDDERS_FOLDER}/{label}", "embedder": identities[label],
+                                 "best": (run.get("best") or {}).get("setting_id"),
+                                 "settings": run.get("settings"), "infeasible": run.get("infeasible")}
+                         for label, run in runs.items()},
+        "robust": {"setting_id": robust.setting, "worst_objective": robust.worst,
+                   "feasible_under_every_embedder": robust.feasible_everywhere},
+    })
+    write_json(run_dir / "run.json", info)
+    summary = "\n".join([*(_embedder_line(label, grids[label], info["baseline"], robust.setting, objective)
+                           + f" (run folder {folder})" for label, folder in results.items()),
+                         _robust_line(robust, objective)])
+    if robust.setting is None:
+        raise NoFeasibleSetting(f"{summary}\nResults in {run_dir}", run_dir)
+    return run_dir, grid, robust.setting, config.baseline.id, summary
+
+
+def _write_report(run_dir: Path, name: str, run_id: str, sweep: EmbedderSweep) -> Robust:
+    robust = sweep.robust()
+    report = [Heading(f"rqsweep report: {name}, {len(sweep.labels)} embedders", 1), Paragraph(
+        "Each embedder's own report (best vs baseline, one knob at a time, held-out gain, plots): "
+        + ", ".join(f"{EMBEDDERS_FOLDER}/{label}/report.html" for label in sweep.labels) + "."), *blocks(sweep, robust)]
+    write_text(run_dir / "report.md", to_markdown(report))
+    write_text(run_dir / "report.html", to_html(report, f"rqsweep report: {name} {run_id}"))
+    return robust
+
+
+def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
+    """Rebuild a finished sweep over several embedders' report.md and report.html from its files."""
+    info = load_run_json(run_dir)
+    if info.get("status") != "complete":
+        raise InputError(run_dir / "run.json", "status", f"{info.get('status')!r}: the run is not finished; finish "
+                         f"it with rqsweep CONFIG --resume {run_dir}")
+    objective = (info["objective"]["metric"], info["objective"]["slice"])
+    identities = {label: e["embedder"] for label, e in info["per_embedder"].items()}
+    _write_report(run_dir, info["name"], info["run_id"],
+                  EmbedderSweep(pl.read_parquet(run_dir / "grid.parquet"), info["baseline"], objective, identities))
+    return run_dir / "report.md", run_dir / "report.html"
+
+
+def _embedder_line(label: str, grid: pl.DataFrame, baseline: str, robust: str | None,
+                   objective: tuple[str, str]) -> str:
+    metric, slice_ = objective
+    at = grid.filter(pl.col("slice") == slice_)
+    value = dict(zip(at["setting_id"], at[metric]))
+    best = at.filter(pl.col("is_best"))["setting_id"].to_list()
+    line = f"{label}: {metric}[{slice_}] baseline {value[baseline]:.4f}, "
+    line += f"best feasible {best[0]} {value[best[0]]:.4f}" if best else "no feasible setting"
+    return line + ("" if robust is None else f", robust choice {value[robust]:.4f}")
+
+
+def _robust_line(robust: Robust, objective: tuple[str, str]) -> str:
+    if robust.setting is None:
+        return "Robust choice: none; no setting is feasible under every embedder."
+    return (f"Robust choice (feasible under every embedder, best worst {objective[0]}[{objective[1]}]): "
+            f"{robust.setting}, worst {robust.worst:.4f}")
+
+
+def _metadata(results: dict[str, Path], runs: dict[str, dict]) -> dict[str, str]:
+    """The first embedder's grid metadata, with every embedder's profile by label."""
+    first = next(iter(results.values()))
+    metadata = {k.decode(): v.decode() for k, v in (pq.read_schema(first / "grid.parquet").metadata or {}).items()
+                if not k.startswith(b"ARROW") and k != b"rqsweep.validation"}
+    metadata["rqsweep.server_profile"] = json.dumps({label: run.get("server_profile") for label, run in runs.items()})
+    metadata["rqsweep.embedders"] = json.dumps(list(results))
+    return metadata
