@@ -63,6 +63,9 @@ def _gate_options() -> argparse.ArgumentParser:
     g.add_argument("--tolerance", type=_tolerance, default=0.0,
                    help="how far a slice's recall@10 or MRR may fall before the gate fails (default 0, "
                         "compared at 4 decimals)")
+    g.add_argument("--gate-mode", choices=("exact", "significant"), default="exact",
+                   help="exact (default): fail on any fall beyond --tolerance; significant: fail only on a slice's "
+                        "significant paired regression against PREVIOUS_RUN_DIR (Holm-adjusted)")
     g.add_argument("--allow-different", action="store_true",
                    help="compare with a previous run measured on another backend or server profile (refused "
                         "otherwise: their numbers measure different rankings)")
@@ -194,7 +197,7 @@ def _apply_gate(run_dir: Path, previous: Path | None, args: argparse.Namespace) 
     if previous is None and args.gate_file is None:
         return 0
     against_file = None if args.update_gate_file else args.gate_file
-    result = gate(run_dir, previous, against_file, args.tolerance, args.allow_different)
+    result = gate(run_dir, previous, against_file, args.tolerance, args.allow_different, args.gate_mode)
     print(result.text)
     if not result.passed:
         return EXIT_GATE_FAILED

@@ -26,7 +26,9 @@ from rqsweep import metrics
 from rqsweep.backends.base import describe_profile, profile_differences
 from rqsweep.errors import InputError, shown
 from rqsweep.files import write_text
+from rqsweep.gate_significance import METHOD, paired_rows
 from rqsweep.golden import OVERALL
+from rqsweep.report.noise import run_noise, tolerance_warnings
 from rqsweep.run_folder import RunFolder, read_run_folder
 
 GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
@@ -198,12 +200,17 @@ def _profile_note(before: Snapshot, now: Snapshot, allow_different: bool) -> str
 
 
 def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float,
-         allow_different: bool = False) -> GateResult:
+         allow_different: bool = False, mode: str = "exact") -> GateResult:
     """Gate run folder `current` against a previous run folder and/or a gate file (either may be None).
 
-    Structure is always checked; direction against each reference given. A reference measured with another
-    backend, embedder or server profile raises InputError unless `allow_different`.
+    Structure is always checked; direction against each reference given: in `mode` "exact", any fall beyond
+    the tolerance; in "significant", a significant paired regression against `previous` (`gate_significance`),
+    which refuses a gate file. A reference measured with another backend, embedder or server profile raises
+    InputError unless `allow_different`.
     """
+    if mode == "significant" and (previous is None or gate_file is not None):
+        raise InputError(gate_file or current, "--gate-mode", "significant: pairs per-query values with a previous "
+                         "run folder (PREVIOUS_RUN_DIR, --compare); a gate file holds none: gate it in exact mode")
     now = run_snapshot(current)
     references = [run_snapshot(previous)] if previous is not None else []
     if gate_file is not None:
@@ -214,15 +221,30 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     for ref in references:
         table, fell = _compare(ref, now, tolerance)
         sections.append(table)
-        problems += fell
+        if mode == "exact":
+            problems += fell
+    run = read_run_folder(current)
+    if mode == "significant":
+        rows, regressed, paired = paired_rows(run, read_run_folder(previous))
+        sections.append(f"Paired per query against run {references[0].source.removeprefix('run ')} "
+                        f"({paired} queries ran in both; the table above is for reading, not the verdict):\n"
+                        + _table(rows))
+        problems += regressed
+        said = f"Gate mode: significant ({METHOD})."
+    else:
+        said = "\n".join([f"Gate mode: exact (fails on any fall beyond the tolerance {tolerance:g}, at {DECIMALS} "
+                          "decimals).", *tolerance_warnings(tolerance, run_noise(run, list(GATED_METRICS)))])
     failing = tuple(dict.fromkeys(s for s, _ in problems))
     if problems:
         verdict = f"Gate FAILED: {', '.join(failing)}\n" + "\n".join(f"  {p}" for _, p in problems)
+    elif mode == "significant":
+        verdict = ("Gate passed: every slice has its metrics, none is at zero, and none regressed significantly "
+                   "against the previous run.")
     else:
         verdict = (f"Gate passed: every slice has its metrics, none is at zero, and none fell by more than "
                    f"{tolerance:g} (compared at {DECIMALS} decimals).")
     return GateResult(not problems, failing, tuple(p for _, p in problems),
-                      "\n\n".join([*notes, *sections, verdict]))
+                      "\n\n".join([*notes, said, *sections, verdict]))
 
 
 def _json_number(metric: str, value: float | None) -> str:

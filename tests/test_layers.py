@@ -16,9 +16,9 @@ STEPS = [
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),
     ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation",
-     "rqsweep.ladder", "rqsweep.routing"),
+     "rqsweep.ladder", "rqsweep.routing", "rqsweep.noise"),
     ("rqsweep.results", "rqsweep.run_folder", "rqsweep.settings_table"),
-    ("rqsweep.report", "rqsweep.gate"),
+    ("rqsweep.report", "rqsweep.gate", "rqsweep.gate_significance"),
     ("rqsweep.job", "rqsweep.embedder_sweep"),
     ("rqsweep.cli",),
 ]

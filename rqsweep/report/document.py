@@ -10,6 +10,7 @@ from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS, blends
 from rqsweep.report import plots
 from rqsweep.report.ladder import ladder_blocks
+from rqsweep.report.noise import noise_blocks
 from rqsweep.report.routing import routing_blocks
 from rqsweep.report.held_out import gain_table, run_cross_validation
 from rqsweep.report.recency import ASSUMPTION, recency_cost
@@ -192,5 +193,5 @@ def build(run: RunFolder) -> list[Block]:
     cv = run_cross_validation(run)
     return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv),
             *routing_blocks(run.path, metric_label(run.objective[0])), *_significance(run, cv), *_changed(run),
-            *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *ladder_blocks(run),
+            *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *ladder_blocks(run), *noise_blocks(run),
             *_recency(run)]

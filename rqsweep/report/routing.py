@@ -74,9 +74,13 @@ def _signed(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.4f}"
 
 
-def _with_ci(figure: dict) -> str:
+def _ci(figure: dict) -> str:
     low, high = figure["ci"]
-    return f"{_signed(figure['mean'])} [{low:+.4f}, {high:+.4f}]"
+    return f"[{low:+.4f}, {high:+.4f}]"
+
+
+def _with_ci(figure: dict) -> str:
+    return f"{_signed(figure['mean'])} {_ci(figure)}"
 
 
 def summary_lines(data: dict, metric_label: str) -> list[str]:
@@ -111,14 +115,13 @@ def routing_table(data: dict) -> pl.DataFrame:
     for s in [*data["slices"], OVERALL]:
         h = data["held_out"]["slices"][s]
         r = data["slices"].get(s)
-        low, high = h["routing_over_global"]["ci"]
         rows.append({
             "slice": s, "queries": h["queries"],
             "setting": "–" if r is None else Knobs.from_id(r["setting_id"]).label(),
             "routed (guard)": "–" if r is None else _guard_words(r),
-            "Δ held-out global": h["global_gain"]["mean"], "Δ held-out routing": h["routing_gain"]["mean"],
-            "Δ routing − global": h["routing_over_global"]["mean"],
-            f"{data['held_out']['confidence']:.0%} CI": f"[{low:+.4f}, {high:+.4f}]"})
+            **{column: value for name, key in (("global", "global_gain"), ("routing", "routing_gain"),
+                                               ("routing − global", "routing_over_global"))
+               for column, value in ((f"Δ held-out {name}", h[key]["mean"]), (f"CI {name}", _ci(h[key])))}})
     return pl.DataFrame(rows)
 
 
@@ -139,4 +142,5 @@ def routing_blocks(run_dir: Path, metric_label: str) -> list[Block]:
         Table(routing_table(data), note=(
             f"Δ: held-out {metric_label} minus the baseline's on the same queries; global: every query scored by "
             f"the global setting its fold chose; routing: by the setting its fold's routing gave its slice. CI: "
-            f"percentile bootstrap of routing − global over the held-out queries, {ROUNDS:,} resamples."))]
+            f"{data['held_out']['confidence']:.0%} percentile bootstrap interval over the held-out queries, "
+            f"{ROUNDS:,} resamples."))]

@@ -1,0 +1,104 @@
+"""How much a slice's mean can move by chance: the minimum detectable difference, and one query's worth.
+
+Method. Two settings compared on a slice's n queries differ query by query by d (setting minus baseline, on
+the per-query values of a metric). The smallest true mean difference that a two-sided paired t-test at
+ALPHA detects with probability POWER is
+
+    MDD = (t[1 - ALPHA/2, n - 1] + t[POWER, n - 1]) * sd(d) / sqrt(n)
+
+(the paired t-test's power equation, with the t quantiles of n - 1 degrees of freedom). sd(d) is the
+spread of a change on the slice, measured on the run's own grid: the root mean square, over every setting
+whose values on the slice differ from the baseline's on some query, of the sample standard deviation of its
+differences. Settings identical to the baseline on the slice are left out: they change nothing to detect.
+
+One query's worth is 1 / n: a per-query value is in [0, 1], so one query losing its hit (1 -> 0) moves the
+slice mean by 1 / n. A `max_drop` below it forbids any loss at all; one below the MDD sits inside the noise:
+a drop that large would mostly go unseen by a paired test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Sequence
+
+import polars as pl
+
+ALPHA = 0.05
+POWER = 0.80
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile by the Cornish-Fisher expansion around the normal one (Abramowitz & Stegun
+    26.7.5): within 0.002 of the exact value from 4 degrees of freedom on, closer as they grow."""
+    z = NormalDist().inv_cdf(p)
+    g1 = (z ** 3 + z) / 4
+    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
+    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
+    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+
+
+def minimum_detectable_difference(sd: float, n: int, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """The MDD of a mean of n paired differences of standard deviation `sd`; None below 2 queries."""
+    if n < 2:
+        return None
+    return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
+
+
+@dataclass(frozen=True)
+class SliceNoise:
+    """One metric on one slice: its queries, the settings that move it and the figures of the method above."""
+
+    slice: str
+    metric: str
+    queries: int
+    moving_settings: int  # settings whose values on the slice differ from the baseline's on some query
+    sd: float | None  # None when no setting moves the slice
+    mdd: float | None
+
+    @property
+    def one_query(self) -> float:
+        return 1 / self.queries
+
+
+def slice_noise(queries: pl.LazyFrame, baseline: str, metrics: Sequence[str]) -> list[SliceNoise]:
+    """Per slice (sorted) and metric: the MDD from the per-query table (a lazy scan of queries.parquet, or any
+    frame with setting_id, query_id, slice, error and the metrics' columns). Failed searches are left out of
+    the pairs, so n counts the baseline's successful searches."""
+    ok = queries.filter(pl.col("error").is_null())
+    base = ok.filter(pl.col("setting_id") == baseline).select(
+        "query_id", "slice", *(pl.col(m).alias(f"_b_{m}") for m in metrics))
+    pairs = ok.filter(pl.col("setting_id") != baseline).join(base.drop("slice"), on="query_id").with_columns(
+        (pl.col(m) - pl.col(f"_b_{m}")).alias(f"_d_{m}") for m in metrics)
+    per_setting = pairs.group_by("setting_id", "slice").agg(
+        *(pl.col(f"_d_{m}").var(ddof=1).alias(f"_v_{m}") for m in metrics),
+        *((pl.col(f"_d_{m}") != 0).any().alias(f"_moves_{m}") for m in metrics))
+    spread = per_setting.group_by("slice").agg(
+        *(pl.col(f"_v_{m}").filter(pl.col(f"_moves_{m}")).mean().alias(f"_v_{m}") for m in metrics),
+        *(pl.col(f"_moves_{m}").sum().alias(f"_moves_{m}") for m in metrics))
+    sizes = base.group_by("slice").agg(pl.len().alias("queries"))
+    table = sizes.join(spread, on="slice", how="left").sort("slice").collect()
+    out = []
+    for row in table.iter_rows(named=True):
+        for m in metrics:
+            variance = row[f"_v_{m}"]
+            sd = None if variance is None else math.sqrt(variance)
+            out.append(SliceNoise(row["slice"], m, row["queries"], int(row[f"_moves_{m}"] or 0), sd,
+                                  None if sd is None else minimum_detectable_difference(sd, row["queries"])))
+    return out
+
+
+def bound_warnings(bound: float, noise: SliceNoise, what: str) -> list[str]:
+    """What a bound on a slice's fall (a max_drop, the gate's tolerance) means at the slice's size."""
+    words = []
+    if bound < noise.one_query:
+        words.append(f"{what} {bound:g} on {noise.slice} ({noise.queries} queries) is below one query's worth "
+                     f"(1/{noise.queries} = {noise.one_query:.3f}): a single query losing its hit breaks it")
+    if noise.mdd is not None and bound < noise.mdd:
+        losses = math.floor(bound * noise.queries + 1e-9)
+        words.append(f"{what} {bound:g} on {noise.slice} is below its minimum detectable difference "
+                     f"({noise.mdd:.3f} {noise.metric} at {POWER:.0%} power): inside the noise; it allows "
+                     f"{losses} {'query' if losses == 1 else 'queries'} to lose a hit")
+    return words

@@ -1,0 +1,85 @@
+"""The report's noise figures: each slice's minimum detectable difference, and the bounds that sit inside it."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rqsweep.constraints import constraint_slices
+from rqsweep.metrics import GATED
+from rqsweep.noise import ALPHA, POWER, SliceNoise, bound_warnings, slice_noise
+from rqsweep.report.render import Block, Heading, Paragraph, Table
+from rqsweep.report.tables import metric_label
+from rqsweep.run_folder import RunFolder
+
+
+def noise_metrics(run: RunFolder) -> list[str]:
+    """The metrics a bound applies to: the objective's, the constraints' and the gate's, in the run's order."""
+    wanted = {run.objective[0], *(c.metric for c in run.constraints), *GATED}
+    return [m for m in run.metrics if m in wanted]
+
+
+def run_noise(run: RunFolder, metrics: list[str] | None = None) -> dict[tuple[str, str], SliceNoise]:
+    """(slice, metric) -> its noise figures, from the run's per-query table."""
+    figures = slice_noise(pl.scan_parquet(run.path / "queries.parquet"), run.baseline, metrics or noise_metrics(run))
+    return {(n.slice, n.metric): n for n in figures}
+
+
+def constraint_warnings(run: RunFolder, noise: dict[tuple[str, str], SliceNoise]) -> list[str]:
+    words = []
+    for c in run.constraints:
+        if c.max_drop is None:
+            continue
+        for s in constraint_slices(c, run.slices[:-1]):
+            if (s, c.metric) in noise:
+                words += bound_warnings(c.max_drop, noise[(s, c.metric)], f"max_drop of {c.metric}")
+    return words
+
+
+def noise_blocks(run: RunFolder) -> list[Block]:
+    metrics = noise_metrics(run)
+    noise = run_noise(run, metrics)
+    slices = sorted({s for s, _ in noise})
+    rows = []
+    for s in slices:
+        first = noise[(s, metrics[0])]
+        row: dict[str, object] = {"slice": s, "queries": first.queries, "one query's worth": first.one_query}
+        for m in metrics:
+            row[f"settings moving {metric_label(m)}"] = noise[(s, m)].moving_settings
+            row[f"MDD {metric_label(m)}"] = noise[(s, m)].mdd
+        rows.append(row)
+    warnings = constraint_warnings(run, noise)
+    blocks: list[Block] = [Heading("How much noise the bounds sit in"), Paragraph(
+        f"The minimum detectable difference (MDD) of a slice is the smallest true change of its mean that a "
+        f"two-sided paired t-test at {ALPHA:g} detects {POWER:.0%} of the time: (t[1 − α/2, n − 1] + "
+        f"t[power, n − 1]) × sd(d) / √n, where d are the per-query differences from the baseline and sd(d) the "
+        f"root mean square of their standard deviation over the settings that move the slice at all (this run's "
+        f"grid). One query's worth is 1/n: one query losing its hit moves the mean that much. A bound below "
+        f"either cannot tell a real fall from a query's luck.")]
+    if rows:
+        blocks.append(Table(pl.DataFrame(rows, schema_overrides={c: pl.Float64 for c in rows[0] if "MDD" in c}),
+                            note="MDD –: no setting moves the slice, so there is no change to size."))
+    if warnings:
+        blocks += [Paragraph("Warnings on this run's constraints:")] + [Paragraph(f"- {w}.") for w in warnings]
+    else:
+        blocks.append(Paragraph("No max_drop constraint of this run sits below one query's worth or its slice's MDD."))
+    return blocks
+
+
+def tolerance_warnings(tolerance: float, noise: dict[tuple[str, str], SliceNoise]) -> list[str]:
+    """At most two lines on the gate's tolerance: the slices where it is below one query's worth, and those
+    where it is below the minimum detectable difference."""
+    slices = sorted({s for s, _ in noise})
+    below_one = [s for s in slices if tolerance < noise[(s, GATED[0])].one_query]
+    inside = {s: [f"{metric_label(m)} {n.mdd:.3f}" for m in GATED if (n := noise.get((s, m))) and n.mdd is not None
+                  and tolerance < n.mdd] for s in slices}
+    lines = []
+    if below_one:
+        lines.append(f"warning: tolerance {tolerance:g} is below one query's worth on " + ", ".join(
+            f"{s} (1/{noise[(s, GATED[0])].queries} = {noise[(s, GATED[0])].one_query:.3f})" for s in below_one)
+            + ": one query losing its hit fails the gate")
+    if any(inside.values()):
+        lines.append(f"warning: tolerance {tolerance:g} is below the minimum detectable difference (at "
+                     f"{POWER:.0%} power) on " + ", ".join(f"{s} ({', '.join(v)})" for s, v in inside.items() if v)
+                     + ": those gates sit inside their noise; --gate-mode significant fails only on a "
+                       "significant regression")
+    return lines
