@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rqsweep.engine.channels import lexical_channel, vector_channel
+from rqsweep.engine.channels import lexical_channel, vector_channel, vector_channels
 from rqsweep.engine.cosine import squared_norms
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.tsearch import LexicalIndex
@@ -78,7 +78,10 @@ def test_vector_top_lists_equal_postgres(pg, loaded):
     everything = np.arange(len(rows))
     pg.execute("SET max_parallel_workers_per_gather = 0")
     tied = 0
-    for q in queries()[:80]:
+    batch = embedder.embed(queries()[:80])
+    many = {limit: vector_channels("document", np.asfortranarray(vectors), norms, everything, batch, limit)
+            for limit in LIMITS}
+    for n, q in enumerate(queries()[:80]):
         qv = embedder.embed([q])[0]
         literal = "[" + ",".join(repr(float(x)) for x in qv) + "]"
         for limit in LIMITS:
@@ -88,5 +91,6 @@ def test_vector_top_lists_equal_postgres(pg, loaded):
             got = vector_channel("document", vectors, norms, everything, qv, limit, "postgres")
             assert [int(physical[c.row]) for c in got] == [r[0] for r in want], (q, limit)
             assert [c.score for c in got] == [r[1] for r in want], (q, limit)
+            assert many[limit][n]["postgres"] == got, (q, limit)
             tied += len({c.score for c in got}) != len(got)
     assert tied >= 10, "duplicate texts in the corpus should make cosine ties"

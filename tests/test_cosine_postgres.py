@@ -1,7 +1,8 @@
 """rqsweep.engine.cosine against pgvector on a real PostgreSQL 18, plus an exact-arithmetic model.
 
-Distances must be bit-identical to `embedding <=> query`, and `cosine_top` must return the rows of
-`ORDER BY embedding <=> query LIMIT n` in PostgreSQL's order, ties included.
+Distances must be bit-identical to `embedding <=> query`, and `cosine_top` (one query) and
+`cosine_top_many` (a batch, both tie orders) must return the rows of `ORDER BY embedding <=> query LIMIT n`
+in PostgreSQL's order, ties included.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rqsweep.engine.cosine import _pg_dot, cosine_distance, cosine_top, squared_norms
+from rqsweep.engine.cosine import _pg_dot, cosine_distance, cosine_top, cosine_top_many, squared_norms
 
 DIM = 1024
 
@@ -102,7 +103,11 @@ def test_cosine_top_matches_order_by(pg, vector_case) -> None:
     assert re.fullmatch(r"Limit\n\s+->  Sort\n\s+Sort Key: .*<=>.*\n\s+->  Seq Scan on vectors", plan), plan
     norms = squared_norms(matrix)
     kept = np.flatnonzero(np.arange(len(matrix)) % 3 != 1)
-    for query in queries:
+    # Column-major, as the index stores it: the sparse queries read their own columns.
+    many = {(limit, filtered): cosine_top_many(np.asfortranarray(matrix), np.array(queries), limit, norms=norms,
+                                               rows=kept if filtered else None)
+            for limit in (1, 10, 100, 1000) for filtered in (False, True)}
+    for q, query in enumerate(queries):
         full = cosine_distance(matrix, query, norms=norms)
         # LIMIT 1000 sorts 2,000 or 1,333 rows with quicksort, the other limits use the heap;
         # `, id` is the insertion order.
@@ -118,6 +123,9 @@ def test_cosine_top_matches_order_by(pg, vector_case) -> None:
             top, distances = cosine_top(matrix[rows], query, limit, tie_order=tie_order,
                                         norms=norms[rows] if limit != 10 else None)  # both ways
             assert rows[top].tolist() == got, (limit, filtered, tie_order)
+            assert _bits_equal(distances, full[rows[top]]).all()
+            top, distances = many[(limit, filtered)][q][tie_order]
+            assert rows[top].tolist() == got, ("many", limit, filtered, tie_order)
             assert _bits_equal(distances, full[rows[top]]).all()
 
 
@@ -138,6 +146,8 @@ def test_cosine_top_with_many_exact_ties(pg) -> None:
             results = pg.execute("SELECT " + ", ".join(arrays), {"q": _literal(query)}).fetchone()
             for limit, got in zip([limit for limit in limits if limit >= 1], results):
                 assert cosine_top(matrix, query, limit)[0].tolist() == got, (count, limit)
+                many = cosine_top_many(matrix, query[None, :], limit, norms=squared_norms(matrix))
+                assert many[0]["postgres"][0].tolist() == got, (count, limit)
 
 
 def test_cosine_top_with_near_ties(pg) -> None:
@@ -160,8 +170,11 @@ def test_cosine_top_with_near_ties(pg) -> None:
         results = pg.execute("SELECT " + ", ".join(arrays), {"q": _literal(query)}).fetchone()
         expected = iter(results)
         for limit in (1, 10, 100):
+            many = cosine_top_many(matrix, query[None, :], limit, norms=squared_norms(matrix))[0]
             for tie_order in ("postgres", "insertion"):
-                assert cosine_top(matrix, query, limit, tie_order=tie_order)[0].tolist() == next(expected)
+                want = next(expected)
+                assert cosine_top(matrix, query, limit, tie_order=tie_order)[0].tolist() == want
+                assert many[tie_order][0].tolist() == want
     # The case is only a test if a float32 estimate alone would get the order wrong.
     estimate = -(matrix @ nearby) / np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
     assert np.argsort(estimate, kind="stable")[:100].tolist() != results[-1]
@@ -227,6 +240,7 @@ def test_extreme_magnitudes_and_zero_vectors(pg) -> None:
         top = [row for (row,) in pg.execute(
             "SELECT id FROM extremes ORDER BY embedding <=> %s::vector LIMIT 7", (_literal(query),))]
         assert cosine_top(matrix, query, 7)[0].tolist() == top
+        assert cosine_top_many(matrix, query[None, :], 7, norms=squared_norms(matrix))[0]["postgres"][0].tolist() == top
 
 
 # --- exact-arithmetic model, no server ---------------------------------------------------------

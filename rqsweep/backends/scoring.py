@@ -20,6 +20,7 @@ from rqsweep.engine.recency import SEARCH_DELAY_DAYS
 from rqsweep.scope import Scope
 
 _PREPARE_LOG_SECONDS = 5.0
+_EXTRACTION_BLOCK = 256  # queries whose candidates are extracted together (progress is logged between blocks)
 
 PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) positions, (settings, queries) tie sensitivity
 
@@ -28,21 +29,29 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
                  scope: Scope, log: Callable[[str], None] = lambda _: None
                  ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
     """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
-    candidates in the index's tie order (for `ranked`)."""
-    plans: dict[str, list[QueryPlan]] = {order: [] for order in TIE_ORDERS}
+    candidates in the index's tie order (for `ranked`). One extraction serves both orders, and so does one plan
+    when their candidates are the same (they differ only where exact ties decide)."""
+    other = next(o for o in TIE_ORDERS if o != index.tie_order)
+    plans: list[QueryPlan] = []
+    alternates: list[QueryPlan] = []
     kept: list[Candidates] = []
     ages = index.memory_age_days()
     started = last = time.monotonic()
-    for n, ((text, keys), vector) in enumerate(zip(queries, vectors), 1):
-        for order in TIE_ORDERS:
-            candidates = index.candidates(text, limit, scope, order, vector)
-            plans[order].append(plan_query(candidates, index.expected_rows(keys), ages))
-            if order == index.tie_order:
-                kept.append(candidates)
+    for start in range(0, len(queries), _EXTRACTION_BLOCK):
+        block = queries[start:start + _EXTRACTION_BLOCK]
+        extracted = index.candidates_many([text for text, _ in block], vectors[start:start + len(block)], limit,
+                                          scope)
+        for (_, keys), by_order in zip(block, extracted):
+            expected = index.expected_rows(keys)
+            candidates = by_order[index.tie_order]
+            plans.append(plan_query(candidates, expected, ages))
+            alternates.append(plans[-1] if by_order[other] == candidates
+                              else plan_query(by_order[other], expected, ages))
+            kept.append(candidates)
         if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
             last = time.monotonic()
-            log(f"candidates: {n}/{len(queries)} queries, {last - started:.0f}s")
-    return plans[index.tie_order], plans[next(o for o in TIE_ORDERS if o != index.tie_order)], kept
+            log(f"candidates: {len(kept)}/{len(queries)} queries, {last - started:.0f}s")
+    return plans, alternates, kept
 
 
 def score_plans(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int) -> PositionsAndTies:

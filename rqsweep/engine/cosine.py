@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rqsweep.engine.pgsort import TieOrder, insertion_top_approx, postgres_top_approx
+from rqsweep.engine.pgsort import (TIE_ORDERS, TieOrder, float_ordinals, insertion_top_approx, kth_smallest,
+                                   postgres_top_approx, ties_irrelevant)
 
 _LANES = 8
 _HALF = _LANES // 2
@@ -42,6 +43,11 @@ _TINY_PRODUCT_BITS = np.float64(2.0**-78).view(np.uint64) - np.uint64(1)
 # The 29 low mantissa bits a double loses when rounded to float32, and their halfway pattern.
 _DROPPED_BITS = np.int64((1 << 29) - 1)
 _HALFWAY_BITS = np.int64(1 << 28)
+# `cosine_top_many`: a query with at most 1/_SPARSE_SHARE of its dimensions non-zero (the feature hash's) reads
+# only those columns; denser ones share a float32 matrix product with their block, sized to about
+# _ESTIMATE_CELLS estimates at once.
+_SPARSE_SHARE = 8
+_ESTIMATE_CELLS = 1 << 23
 
 
 def squared_norms(matrix: np.ndarray) -> np.ndarray:
@@ -63,6 +69,10 @@ def cosine_distance(matrix: np.ndarray, query: np.ndarray, *,
     return _distance(dots, norms, _pg_dot(query[None, :], query)[0])
 
 
+def _gamma(k: int) -> float:
+    return k * _UNIT_ROUNDOFF / (1 - k * _UNIT_ROUNDOFF)
+
+
 def distance_error_bound(dim: int) -> float:
     """Largest possible gap between pgvector's distance and `cosine_top`'s float32 BLAS estimate.
 
@@ -76,11 +86,24 @@ def distance_error_bound(dim: int) -> float:
     widen a gap. The remaining absolute terms (float32 underflow, double roundings) stay below
     `2**-30` inside `_NORM_RANGE`. The total is doubled as headroom.
     """
-    def gamma(k: int) -> float:
-        return k * _UNIT_ROUNDOFF / (1 - k * _UNIT_ROUNDOFF)
-
     depth = min(dim, dim // _LANES + 7)
-    return 2.0 * ((2 * gamma(depth) + 2 * gamma(dim)) / (1 - gamma(dim)) + 2.0**-30)
+    return 2.0 * ((2 * _gamma(depth) + 2 * _gamma(dim)) / (1 - _gamma(dim)) + 2.0**-30)
+
+
+def similarity_error_bound(dim: int, nonzero: int, estimate_terms: int) -> float:
+    """Largest possible gap between pgvector's similarity and `cosine_top_many`'s estimate.
+
+    The estimate is `fl32(fl32(dot) * fl32(1 / sqrt(norm_a))) / sqrt(norm_b)`, with a float32 dot of
+    `estimate_terms` products and pgvector's own squared norms. Valid when both lie in `_NORM_RANGE`.
+    As in `distance_error_bound`, but sharper: the norms are exact, so only the two dot products
+    differ, by `gamma(estimate_terms)` and `gamma(depth)` times `sum|a_i b_i|`, which is at most
+    `sqrt(norm_a norm_b) / (1 - gamma(dim))`; the two float32 scalings and pgvector's double tail add
+    at most `3u` relative. A product with a zero factor is exact and leaves a sum unchanged, so with
+    `nonzero` non-zero query elements no product sees more than `min(nonzero, dim // 8) + 7`
+    roundings in pgvector's lanes. The total is doubled as headroom.
+    """
+    depth = min(dim, min(nonzero, dim // _LANES) + 7)
+    return 2.0 * ((_gamma(depth) + _gamma(estimate_terms) + 3 * _UNIT_ROUNDOFF) / (1 - _gamma(dim)) + 2.0**-30)
 
 
 def cosine_top(matrix: np.ndarray, query: np.ndarray, limit: int, *,
@@ -92,29 +115,13 @@ def cosine_top(matrix: np.ndarray, query: np.ndarray, limit: int, *,
     physical order); `"insertion"` keeps ties in row order. A float32 BLAS pass estimates every
     distance; only rows whose estimate is within `distance_error_bound` of mattering get the
     exact pgvector arithmetic. `norms`, if given, must be `squared_norms(matrix)`: it spares a
-    pass over the matrix per query.
+    pass over the matrix per query. The one-query reference of `cosine_top_many`.
     """
     matrix, query = _as_matrix(matrix), _as_vector(query)
-    if tie_order not in ("postgres", "insertion"):
+    if tie_order not in TIE_ORDERS:
         raise ValueError(f"unknown tie order {tie_order!r}")
     query_norm = _pg_dot(query[None, :], query)[0]
-    known = np.full(len(matrix), np.nan)
-    have = np.zeros(len(matrix), dtype=bool)
-
-    def exact(rows: np.ndarray) -> np.ndarray:
-        todo = rows[~have[rows]]
-        if len(todo):
-            subset = matrix[todo]
-            if norms is None:
-                both = _pg_dot(np.concatenate([subset, subset]), np.concatenate(
-                    [np.broadcast_to(query, subset.shape), subset]))
-                dots, row_norms = both[:len(todo)], both[len(todo):]
-            else:
-                dots, row_norms = _pg_dot(subset, query), norms[todo]
-            known[todo] = _distance(dots, row_norms, query_norm)
-            have[todo] = True
-        return known[rows]
-
+    exact = _ExactDistances(matrix, query, query_norm, norms)
     if _in_norm_range(np.array([query_norm]))[0]:
         # pgvector's own norms are within the same relative bound as a float32 estimate.
         with np.errstate(over="ignore"):  # overflowing rows are outliers, computed exactly below
@@ -129,6 +136,181 @@ def cosine_top(matrix: np.ndarray, query: np.ndarray, limit: int, *,
     pick = postgres_top_approx if tie_order == "postgres" else insertion_top_approx
     rows = pick(approx, bound, exact, limit, descending=False)
     return rows, exact(rows)
+
+
+TopByOrder = dict[TieOrder, tuple[np.ndarray, np.ndarray]]
+
+
+def cosine_top_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norms: np.ndarray,
+                    rows: np.ndarray | None = None) -> list[TopByOrder]:
+    """Per query, `cosine_top(matrix[rows], query, limit, tie_order=order, norms=norms[rows])` for both tie
+    orders, bit for bit (positions are into `rows`, ascending row numbers; default every row).
+
+    `norms` must be `squared_norms(matrix)`. Every estimate of a block of dense queries comes from one float32
+    matrix product; a sparse query (the feature hash's: a few non-zero elements) reads only its own columns,
+    fastest from a column-major matrix. The estimate uses pgvector's exact norms, so its bound
+    (`similarity_error_bound`) is tight and only the rows that may be among the best `limit + 1` get the
+    exact arithmetic, a whole block's in one call. When those `limit + 1` exact distances are distinct, every
+    sort returns the same top `limit` and both tie orders share it; otherwise (exact ties) each tie order's
+    emulation runs from the same estimate and computes only the rows that may enter PostgreSQL's heap.
+    """
+    matrix = _as_matrix(matrix)
+    queries = np.asarray(queries)
+    if queries.ndim != 2 or queries.dtype != np.float32 or queries.shape[1] != matrix.shape[1]:
+        raise ValueError("the queries must be a 2-d float32 array as wide as the vectors (pgvector stores float32)")
+    positions = np.arange(len(matrix)) if rows is None else np.asarray(rows, dtype=np.int64)
+    if len(positions) == 0 or limit <= 0:
+        nothing = (np.empty(0, dtype=np.int64), np.empty(0))
+        return [{order: nothing for order in TIE_ORDERS} for _ in queries]
+    row_norms = norms[positions]
+    estimates = _Estimates(matrix, positions, row_norms)
+    block = max(1, _ESTIMATE_CELLS // len(matrix))
+    found: list[TopByOrder] = []
+    for start in range(0, len(queries), block):
+        found.extend(_top_block(estimates, queries[start:start + block], limit))
+    return found
+
+
+class _Estimates:
+    """`fl32(dot) * fl32(1 / sqrt(row norm))` of the rows in `positions` for the queries of a block, and its bound.
+
+    Rows whose squared norm is outside `_NORM_RANGE` (zero vectors among them) are outliers: no bound holds for
+    them, so they get `-inf` and every query computes them exactly.
+    """
+
+    def __init__(self, matrix: np.ndarray, positions: np.ndarray, row_norms: np.ndarray):
+        self.matrix, self.positions, self.row_norms = matrix, positions, row_norms
+        regular = _in_norm_range(row_norms)
+        self.outliers = np.flatnonzero(~regular)
+        self.scale = (1.0 / np.sqrt(np.where(regular, row_norms, 1.0).astype(np.float64))).astype(np.float32)
+        self.whole = len(positions) == len(matrix)
+        self.dots = np.empty(len(matrix), dtype=np.float32)
+        self.term = np.empty(len(matrix), dtype=np.float32)
+        self.scaled = np.empty(len(positions), dtype=np.float32)
+
+    def start(self, queries: np.ndarray) -> None:
+        """A new block: its dense queries' dots in one float32 matrix product."""
+        self.queries = queries
+        self.query_norms = _pg_dot(queries, queries)
+        self.nonzero = np.count_nonzero(queries, axis=1)
+        dense = np.flatnonzero(self.nonzero > self.matrix.shape[1] // _SPARSE_SHARE)
+        with np.errstate(over="ignore", invalid="ignore"):  # only outliers overflow, and they are set aside
+            self.dense_dots = queries[dense] @ self.matrix.T if len(dense) else None
+        self.dense_row = {int(q): r for r, q in enumerate(dense)}
+
+    def bounded(self, q: int) -> bool:
+        return bool(_in_norm_range(self.query_norms[q:q + 1])[0])
+
+    def __call__(self, q: int) -> tuple[np.ndarray, float]:
+        """Query `q` of the block's estimates (overwritten by the next call) and their bound in the same units.
+
+        A sparse query's dots add up its columns one by one: each term is rounded twice, hence
+        `nonzero + 1` terms in the bound.
+        """
+        dim, nonzero = self.matrix.shape[1], int(self.nonzero[q])
+        if q in self.dense_row:
+            dots, terms = self.dense_dots[self.dense_row[q]], dim
+        else:
+            dots, terms, columns = self.dots, nonzero + 1, self.matrix.T
+            query = self.queries[q]
+            used = np.flatnonzero(query)
+            with np.errstate(over="ignore", invalid="ignore"):
+                np.multiply(columns[used[0]], query[used[0]], out=dots)
+                for d in used[1:]:
+                    np.multiply(columns[d], query[d], out=self.term)
+                    dots += self.term
+        scaled = self.scaled
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.multiply(dots if self.whole else dots[self.positions], self.scale, out=scaled)
+        scaled[self.outliers] = -np.inf
+        root = float(np.sqrt(np.float64(self.query_norms[q])))
+        return scaled, similarity_error_bound(dim, nonzero, terms) * root
+
+
+def _top_block(estimates: _Estimates, queries: np.ndarray, limit: int) -> list[TopByOrder]:
+    estimates.start(queries)
+    matrix, positions, row_norms, query_norms = (estimates.matrix, estimates.positions, estimates.row_norms,
+                                                 estimates.query_norms)
+    pairs = [_near_cut(*estimates(q), limit) if estimates.bounded(q) else np.empty(0, dtype=np.int64)
+             for q in range(len(queries))]
+    owners = np.repeat(np.arange(len(queries)), [len(p) for p in pairs])
+    wanted = np.concatenate(pairs)
+    distances = np.empty(len(wanted))
+    for a in range(0, len(wanted), _ROW_BLOCK):
+        q, p = owners[a:a + _ROW_BLOCK], wanted[a:a + _ROW_BLOCK]
+        distances[a:a + _ROW_BLOCK] = _distance(_pg_dot(matrix[positions[p]], queries[q]), row_norms[p],
+                                                query_norms[q])
+    found = []
+    for q, (candidates, exact_part) in enumerate(zip(pairs, np.split(distances, np.cumsum([len(p) for p in pairs])))):
+        if not estimates.bounded(q):  # no bound holds: the reference computes every row exactly
+            subset = matrix[positions]
+            found.append({order: cosine_top(subset, queries[q], limit, tie_order=order, norms=row_norms)
+                          for order in TIE_ORDERS})
+            continue
+        ordinals = float_ordinals(exact_part, descending=False)
+        order = np.argsort(ordinals, kind="stable")[:limit + 1]
+        if ties_irrelevant(ordinals[order], limit):
+            top = (candidates[order[:limit]], exact_part[order[:limit]])
+            found.append({tie_order: top for tie_order in TIE_ORDERS})
+        else:
+            found.append(_tie_ordered(estimates, q, limit, candidates, exact_part))
+    return found
+
+
+def _near_cut(scaled: np.ndarray, bound: float, limit: int) -> np.ndarray:
+    """Positions, ascending, that may be among the best `limit + 1` by exact distance (a superset, as
+    `pgsort._candidates` argues), outliers (`-inf`, no estimate) included."""
+    if len(scaled) <= limit + 1:
+        return np.arange(len(scaled))
+    near = scaled >= kth_smallest(scaled, limit + 1, largest=True) - 2.0 * bound
+    near |= np.isneginf(scaled)
+    return np.flatnonzero(near)
+
+
+def _tie_ordered(estimates: _Estimates, q: int, limit: int, candidates: np.ndarray,
+                 known_distances: np.ndarray) -> TopByOrder:
+    """Both tie orders' emulations over query `q`'s estimate, once exact ties decide its top `limit`."""
+    scaled, bound = estimates(q)
+    query, query_norm = estimates.queries[q], estimates.query_norms[q]
+    root = float(np.sqrt(np.float64(query_norm)))
+    exact = _ExactDistances(estimates.matrix, query, query_norm, estimates.row_norms, estimates.positions)
+    exact.seed(candidates, known_distances)
+    approx = 1.0 - scaled.astype(np.float64) / root
+    approx[estimates.outliers] = exact(estimates.outliers)
+    found = {}
+    for order, pick in (("postgres", postgres_top_approx), ("insertion", insertion_top_approx)):
+        top = pick(approx, bound / root, exact, limit, descending=False)
+        found[order] = (top, exact(top))
+    return found
+
+
+class _ExactDistances:
+    """pgvector's distance of rows of `matrix` (through `positions`, default all) to `query`, each computed once."""
+
+    def __init__(self, matrix: np.ndarray, query: np.ndarray, query_norm: np.float32, norms: np.ndarray | None,
+                 positions: np.ndarray | None = None):
+        self.matrix, self.query, self.query_norm, self.norms, self.positions = (matrix, query, query_norm, norms,
+                                                                                  positions)
+        count = len(matrix) if positions is None else len(positions)
+        self.known = np.full(count, np.nan)
+        self.have = np.zeros(count, dtype=bool)
+
+    def seed(self, rows: np.ndarray, distances: np.ndarray) -> None:
+        self.known[rows], self.have[rows] = distances, True
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        todo = rows[~self.have[rows]]
+        if len(todo):
+            subset = self.matrix[todo if self.positions is None else self.positions[todo]]
+            if self.norms is None:
+                both = _pg_dot(np.concatenate([subset, subset]), np.concatenate(
+                    [np.broadcast_to(self.query, subset.shape), subset]))
+                dots, row_norms = both[:len(todo)], both[len(todo):]
+            else:
+                dots, row_norms = _pg_dot(subset, self.query), self.norms[todo]
+            self.known[todo] = _distance(dots, row_norms, self.query_norm)
+            self.have[todo] = True
+        return self.known[rows]
 
 
 def _pg_dot(rows: np.ndarray, other: np.ndarray) -> np.ndarray:
@@ -215,10 +397,12 @@ def _blockwise(matrix: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]) 
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.float32)
 
 
-def _distance(dots: np.ndarray, row_norms: np.ndarray, query_norm: np.float32) -> np.ndarray:
-    """The double-precision tail of pgvector: divide, clamp (NaN passes through), subtract from 1."""
+def _distance(dots: np.ndarray, row_norms: np.ndarray, query_norm: np.float32 | np.ndarray) -> np.ndarray:
+    """The double-precision tail of pgvector: divide, clamp (NaN passes through), subtract from 1 (`query_norm`:
+    one, or one per row)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        similarity = dots.astype(np.float64) / np.sqrt(row_norms.astype(np.float64) * np.float64(query_norm))
+        similarity = dots.astype(np.float64) / np.sqrt(row_norms.astype(np.float64)
+                                                       * np.asarray(query_norm, dtype=np.float64))
     similarity = np.where(similarity > 1.0, 1.0, np.where(similarity < -1.0, -1.0, similarity))
     return 1.0 - similarity
 

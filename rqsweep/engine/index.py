@@ -12,13 +12,11 @@ import numpy as np
 from rqsweep.config import Chunking
 from rqsweep.corpus import Corpus, chunk_document, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
-from rqsweep.engine.channels import (
-    Candidates, lexical_channel, merge_shards, vector_channel,
-)
+from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
-from rqsweep.engine.pgsort import TieOrder
+from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.recency import recency_factor
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.knobs import Knobs
@@ -123,7 +121,8 @@ class Index:
         now_ms = round(now.timestamp() * 1000)
         chunks = [(d, c) for d in corpus.documents for c in chunk_document(d, chunking)]
         texts = [c.content for _, c in chunks] + [m.content for m in corpus.memories]
-        vectors = embedder.embed(texts) if texts else np.zeros((0, 1), np.float32)
+        # Column-major: a sparse query vector (the feature hash's) is estimated from its own columns only.
+        vectors = np.asfortranarray(embedder.embed(texts) if texts else np.zeros((0, 1), np.float32))
         n = len(chunks)
         documents = Store(
             "document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
@@ -149,17 +148,26 @@ class Index:
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
                    tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:
         """The merged vector and lexical candidate lists of one query (independent of the knobs)."""
-        limit, tie_order = clamp_limit(limit), tie_order or self.tie_order
         if query_vector is None:
             query_vector = self.embed_queries([query])[0]
-        per_channel: dict[str, list] = {"vector": [], "lexical": []}
+        return self.candidates_many([query], query_vector[None, :], limit, scope)[0][tie_order or self.tie_order]
+
+    def candidates_many(self, queries: Sequence[str], query_vectors: np.ndarray, limit: int = DEFAULT_LIMIT,
+                        scope: Scope = Scope()) -> list[dict[TieOrder, Candidates]]:
+        """`candidates` of every query in both tie orders: the vector channel scores the queries together, and
+        the orders share one extraction (their lists differ only where exact ties decide)."""
+        limit = clamp_limit(limit)
+        per_store: dict[str, list] = {"vector": [], "lexical": []}
         for source_type, store in self.stores.items():
             rows, mask = store.in_scope(scope)
-            per_channel["vector"].append(
-                vector_channel(source_type, store.vectors, store.norms, rows, query_vector, limit, tie_order))
-            per_channel["lexical"].append(
-                lexical_channel(source_type, store.lexical, mask, query, limit, tie_order))
-        return Candidates(merge_shards(*per_channel["vector"]), merge_shards(*per_channel["lexical"]))
+            per_store["vector"].append(
+                vector_channels(source_type, store.vectors, store.norms, rows, query_vectors, limit))
+            per_store["lexical"].append(
+                [lexical_channels(source_type, store.lexical, mask, query, limit) for query in queries])
+        (documents_v, memories_v), (documents_l, memories_l) = per_store["vector"], per_store["lexical"]
+        return [{order: Candidates(merge_shards(dv[order], mv[order]), merge_shards(dl[order], ml[order]))
+                 for order in TIE_ORDERS}
+                for dv, mv, dl, ml in zip(documents_v, memories_v, documents_l, memories_l)]
 
     def search(self, query: str, knobs: Knobs = Knobs(), limit: object = DEFAULT_LIMIT, scope: Scope = Scope(),
                tie_order: TieOrder | None = None, now: datetime | None = None) -> list[SearchResult]:

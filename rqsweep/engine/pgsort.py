@@ -80,7 +80,7 @@ def postgres_top_approx(approx: np.ndarray, error_bound: float, exact: ExactKeys
     if limit <= 0 or count == 0:
         return np.empty(0, dtype=np.int64)
     if count <= 2 * limit:
-        return _quicksort_top(_ordinals(exact(np.arange(count)), descending), limit)
+        return _quicksort_top(float_ordinals(exact(np.arange(count)), descending), limit)
     return _heap_top(approx, error_bound, exact, limit, descending)
 
 
@@ -101,7 +101,7 @@ def _stable_top(approx: np.ndarray, error_bound: float, exact: ExactKeys, limit:
     Rows left out are strictly worse than the last one kept, or tie with it but come later.
     """
     rows = _candidates(approx, error_bound, limit, descending)
-    ordinals = _ordinals(exact(rows), descending)
+    ordinals = float_ordinals(exact(rows), descending)
     if len(rows) > limit + 1:
         # Everything strictly better than the (limit+1)-th ordinal, then the earliest of its ties.
         cut = np.partition(ordinals, limit)[limit]
@@ -126,7 +126,7 @@ def _candidates(approx: np.ndarray, error_bound: float, limit: int, descending: 
     worse = -approx if descending else approx
     if nan.any():
         worse = np.where(nan, -np.inf if descending else np.inf, worse)
-    cut = _kth_smallest(worse, limit + 1)
+    cut = kth_smallest(worse, limit + 1)
     if error_bound == 0 and not nan.any():
         # Exact keys: all rows strictly better than the cut, and the earliest of those tying with
         # it; on tie-heavy data this keeps the exact work small.
@@ -136,23 +136,28 @@ def _candidates(approx: np.ndarray, error_bound: float, limit: int, descending: 
     return np.flatnonzero(worse <= cut + 2.0 * error_bound)
 
 
-def _kth_smallest(values: np.ndarray, k: int) -> float:
-    """The `k`-th smallest value (1-based), without a full selection pass over a long array.
+def kth_smallest(values: np.ndarray, k: int, *, largest: bool = False) -> float:
+    """The `k`-th smallest value (1-based; the `k`-th largest with `largest`), without a full selection
+    pass over a long array.
 
     The `k`-th smallest `t` of any subset bounds the overall one from above: it is `t` itself
     when fewer than `k` values are below `t`, else the `k`-th smallest of those below. An evenly
     strided subset keeps `t` tight even on sorted input.
     """
+    def kth(part: np.ndarray) -> float:
+        at = len(part) - k if largest else k - 1
+        return np.partition(part, at)[at]
+
     sample = values[:: max(1, len(values) // max(2048, 8 * k))]
     if len(sample) < len(values):
-        bound = np.partition(sample, k - 1)[k - 1]
-        values = values[values < bound]
+        bound = kth(sample)
+        values = values[values > bound] if largest else values[values < bound]
         if len(values) < k:
             return float(bound)
-    return float(np.partition(values, k - 1)[k - 1])
+    return float(kth(values))
 
 
-def _ties_irrelevant(sorted_ordinals: np.ndarray, limit: int) -> bool:
+def ties_irrelevant(sorted_ordinals: np.ndarray, limit: int) -> bool:
     """Whether the first `limit` keys are distinct and strictly better than the next one.
 
     Then the order among equal keys cannot change the top `limit`, whatever the sort algorithm.
@@ -161,7 +166,7 @@ def _ties_irrelevant(sorted_ordinals: np.ndarray, limit: int) -> bool:
     return bool(np.all(head[1:] != head[:-1]))
 
 
-def _ordinals(values: np.ndarray, descending: bool) -> np.ndarray:
+def float_ordinals(values: np.ndarray, descending: bool) -> np.ndarray:
     """Integers that order and tie exactly like PostgreSQL's float comparison in the query's direction.
 
     The IEEE bit pattern, read as a sign-magnitude integer, is monotonic in the value; -0.0 maps to
@@ -182,7 +187,7 @@ def _quicksort_top(ordinals: np.ndarray, limit: int) -> np.ndarray:
         # Only the order among equal keys is in question: if the first `limit` positions hold
         # distinct keys, all strictly below the rest, every correct sort agrees.
         order = np.argsort(ordinals, kind="stable")
-        if _ties_irrelevant(ordinals[order], limit):
+        if ties_irrelevant(ordinals[order], limit):
             return order[:limit].astype(np.int64)
     items = list(zip(ordinals.tolist(), range(count)))
     _pg_qsort(items, 0, count)
@@ -315,10 +320,10 @@ def _heap_top(approx: np.ndarray, error_bound: float, exact: ExactKeys, limit: i
         # Input in improving order sends nearly every row through the heap; when no ties decide
         # the result, the plain sorted top is the answer and the simulation is not needed.
         top_rows, ordinals = _stable_top(approx, error_bound, exact, limit, descending)
-        if _ties_irrelevant(ordinals, limit):
+        if ties_irrelevant(ordinals, limit):
             return top_rows[:limit]
     heap: list[tuple[int, int]] = []
-    for item in zip(_ordinals(exact(rows), descending).tolist(), rows.tolist()):
+    for item in zip(float_ordinals(exact(rows), descending).tolist(), rows.tolist()):
         _heap_offer(heap, item, limit)
     return np.array([row for _, row in _heap_unwind(heap)], dtype=np.int64)
 
