@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("run_dir", nargs="?", type=Path)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        run_dir = args.run_dir or job.run(ROOT / "configs" / "handbook.yaml", quiet=True,
+        run_dir = args.run_dir or job.run(ROOT / "configs" / "handbook-stand-in.yaml", quiet=True,
                                           output_dir=Path(scratch)).run_dir
         run = read_run_folder(run_dir)
         table = pq.ParquetFile(run_dir / "queries.parquet")

@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/optimise.py                 # the handbook, seeds 1-3, 300 settings
     .venv/bin/python benchmarks/optimise.py --seeds 5 --budget 300
 
-For each config (configs/handbook.yaml; configs/soat-golden.yaml when SOAT's golden set is present) the
-space is the config's grid (rqsweep/sweeps/handbook-grid.yaml) searched four ways: the grid in its order, random
-proposals, TPE, and TPE warm-started from a coarse grid. Each method runs through the real job
+For each config (configs/handbook-stand-in.yaml, the handbook under the eval stand-in embedder;
+configs/soat-golden.yaml when SOAT's golden set is present) the space is the config's grid
+(rqsweep/sweeps/handbook-grid.yaml) searched four ways: the grid in its order, random proposals, TPE, and
+TPE warm-started from a coarse grid. Each method runs through the real job
 (`rqsweep.job.Sweep` on the embedded backend), so the curve counts what a run counts: distinct
 settings, repeats free. Writes benchmarks/optimise.json (every curve) and benchmarks/optimise.png, and
 prints the table for benchmarks/README.md.
@@ -117,7 +118,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--budget", type=int, default=300)
     args = p.parse_args()
-    configs = [ROOT / "configs" / "handbook.yaml"]
+    configs = [ROOT / "configs" / "handbook-stand-in.yaml"]
     soat = ROOT / "configs" / "soat-golden.yaml"
     if (soat.parent / load_inputs.__globals__["load_config"](soat).golden).exists():
         configs.append(soat)

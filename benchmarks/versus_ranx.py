@@ -16,7 +16,7 @@ process with one thread (numba, OpenMP, OpenBLAS, MKL); the two sides alternate 
 medians and ratios come from the same run. Building each side's inputs (plans; Runs and Qrels) is timed
 apart from the passes. ranx's cold start is its first pass in a fresh process with an empty numba cache.
 
-Corpora: the handbook (configs/handbook.yaml, all 165 golden queries) and a synthetic corpus
+Corpora: the handbook (configs/handbook-stand-in.yaml, all 165 golden queries) and a synthetic corpus
 (benchmarks/engine.py's generator) keeping only queries whose expected item is in a candidate list, so
 every query reaches the fast path's work. The metrics of the first round are compared cell by cell.
 """
@@ -100,7 +100,7 @@ def handbook(path: Path) -> tuple[str, int, int]:
     from rqsweep.engine.index import Index
     from rqsweep.inputs import load_inputs
 
-    inputs = load_inputs(ROOT / "configs" / "handbook.yaml")
+    inputs = load_inputs(ROOT / "configs" / "handbook-stand-in.yaml")
     engine = inputs.config.backend
     index = Index.build(inputs.corpus, build_embedder(engine), engine.chunking, tie_order=engine.tie_order)
     golden = inputs.golden.queries
