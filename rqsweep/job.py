@@ -36,6 +36,7 @@ from rqsweep.results import (
     knobs_of, query_table, redact, setting_knobs,
 )
 from rqsweep.settings_table import settings_table
+from rqsweep.report.label_health import LABEL_HEALTH_FILE, run_label_health
 from rqsweep.report.routing import ROUTING_FILE, routing_record
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.routing import Routing, route
@@ -442,6 +443,7 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
+    write_parquet(run_dir / LABEL_HEALTH_FILE, run_label_health(run_dir, sweep.baseline_id, chosen), metadata)
     write_report(run_dir, finished=False)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.

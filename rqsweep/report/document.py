@@ -9,6 +9,7 @@ from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS, blends
 from rqsweep.report import plots
+from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
 from rqsweep.report.routing import routing_blocks
@@ -194,4 +195,5 @@ def build(run: RunFolder) -> list[Block]:
     return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv),
             *routing_blocks(run.path, metric_label(run.objective[0])), *_significance(run, cv), *_changed(run),
             *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *ladder_blocks(run), *noise_blocks(run),
+            *label_health_blocks(run),
             *_recency(run)]

@@ -1,0 +1,125 @@
+"""Label health: what the golden set's labels, rather than the knobs, decide.
+
+Four kinds of finding, one row each in label_health.parquet (and in the report):
+
+- `unmoved`: a query whose first relevant rank is the same at every evaluated setting (failed searches left
+  out): no knob moves it, so it only dilutes every difference the sweep measures.
+- `never_found`: a query no setting returns any relevant item for (rank 0 everywhere): the label or the corpus
+  is suspect (a wrong key, a missing page), not the knobs. These are `unmoved` too and are listed only here.
+- `tie_sensitive`: a query whose expected key's rank is not tie-sensitive at the baseline but is at some
+  setting (it depends on storage order there: `tie_sensitive` in queries.parquet); the detail says at how many
+  settings, and whether the chosen one is among them.
+- `suspect_unlabelled`: an item not labelled relevant that both channels (vector and lexical positions, the
+  `signals` of the ranked lists) rank above the query's best-placed expected item, in a strict majority of
+  the settings whose ranked lists the run kept (hits.parquet: the baseline and the chosen setting; every
+  setting with `ranked: all`), counting those where the expected item was returned. Listed for curation:
+  it may well be relevant and unlabelled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from rqsweep.report.render import Block, Heading, Paragraph, Table
+from rqsweep.run_folder import RunFolder
+
+KINDS = ("never_found", "unmoved", "tie_sensitive", "suspect_unlabelled")
+LABEL_HEALTH_FILE = "label_health.parquet"
+SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query": pl.String,
+          "expected": pl.List(pl.String), "key": pl.String, "detail": pl.String}
+
+
+def _by_query(queries: pl.LazyFrame, baseline: str, chosen: str) -> pl.DataFrame:
+    ok = pl.col("error").is_null()
+    return queries.group_by("query_id").agg(
+        pl.col("slice").first(), pl.col("query").first(), pl.col("expected").first(),
+        pl.col("rank").filter(ok).n_unique().alias("ranks"), pl.col("rank").filter(ok).max().alias("max_rank"),
+        pl.col("rank").filter(ok).first().alias("rank"), ok.sum().alias("settings"),
+        pl.col("tie_sensitive").filter(pl.col("setting_id") == baseline).any().alias("tie_at_baseline"),
+        pl.col("tie_sensitive").filter(pl.col("setting_id") == chosen).any().alias("tie_at_chosen"),
+        pl.col("tie_sensitive").sum().alias("tie_settings"),
+    ).sort("slice", "query_id").collect().cast({c: SCHEMA[c] for c in ("query_id", "slice", "query", "expected")})
+
+
+def _suspects(ranked: pl.DataFrame, about: pl.DataFrame) -> pl.DataFrame:
+    """Items both channels rank above the best-placed expected item, in most of the lists read."""
+    listed = ranked.filter(pl.col("error").is_null() & pl.col("position").is_not_null())
+    lists = listed.group_by("query_id").agg(pl.col("setting_id").n_unique().alias("lists"))
+    anchor = (listed.filter(pl.col("expected")).sort("position")
+              .group_by("setting_id", "query_id", maintain_order=True).first()
+              .select("setting_id", "query_id", pl.col("vector").alias("v0"), pl.col("lexical").alias("l0")))
+    items = listed.filter(~pl.col("expected")).group_by("setting_id", "query_id", "key").agg(
+        pl.col("vector").min(), pl.col("lexical").min())
+    above = items.join(anchor, on=["setting_id", "query_id"]).filter(
+        pl.col("vector").is_not_null() & pl.col("lexical").is_not_null()
+        & (pl.col("v0").is_null() | (pl.col("vector") < pl.col("v0")))
+        & (pl.col("l0").is_null() | (pl.col("lexical") < pl.col("l0"))))
+    counted = above.group_by("query_id", "key").agg(pl.len().alias("above")).join(lists, on="query_id")
+    flagged = counted.filter(2 * pl.col("above") > pl.col("lists"))
+    return flagged.join(about.select("query_id", "slice", "query", "expected"), on="query_id").select(
+        pl.lit("suspect_unlabelled").alias("kind"), "query_id", "slice", "query", "expected", "key",
+        pl.format("both channels rank it above the expected item in {} of {} ranked lists", "above", "lists")
+        .alias("detail"))
+
+
+def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, chosen: str) -> pl.DataFrame:
+    """The findings (schema SCHEMA), kind by kind in KINDS' order, from the per-query table (a lazy scan:
+    setting_id, query_id, slice, query, expected, rank, error, tie_sensitive) and ranked lists (hits.parquet's
+    or ranked.parquet's columns)."""
+    about = _by_query(queries, baseline, chosen)
+    total = queries.select(pl.col("setting_id").n_unique()).collect().item()
+    never = about.filter((pl.col("max_rank") == 0) & (pl.col("settings") > 0)).select(
+        pl.lit("never_found").alias("kind"), "query_id", "slice", "query", "expected", pl.lit(None).alias("key"),
+        pl.format("no relevant item returned at any of {} settings", "settings").alias("detail"))
+    unmoved = about.filter((pl.col("ranks") == 1) & (pl.col("max_rank") > 0)).select(
+        pl.lit("unmoved").alias("kind"), "query_id", "slice", "query", "expected", pl.lit(None).alias("key"),
+        pl.format("rank {} at all {} settings", "rank", "settings").alias("detail"))
+    ties = about.filter(~pl.col("tie_at_baseline").fill_null(False) & (pl.col("tie_settings") > 0)).select(
+        pl.lit("tie_sensitive").alias("kind"), "query_id", "slice", "query", "expected", pl.lit(None).alias("key"),
+        pl.format("its rank depends on storage order at {} of {} settings ({}), not at the baseline",
+                  "tie_settings", pl.lit(total),
+                  pl.when(pl.col("tie_at_chosen").fill_null(False)).then(pl.lit("the chosen one among them"))
+                  .otherwise(pl.lit("not the chosen one"))).alias("detail"))
+    parts = [never, unmoved, ties, _suspects(ranked, about)]
+    return pl.concat([p.cast(SCHEMA) for p in parts]).sort(
+        pl.col("kind").replace_strict({k: i for i, k in enumerate(KINDS)}, return_dtype=pl.Int64), "slice",
+        "query_id", "key", maintain_order=True)
+
+
+def ranked_lists(run_dir: Path) -> tuple[pl.DataFrame, str]:
+    """The ranked lists a run kept (ranked.parquet when it kept every setting's, else hits.parquet) and which."""
+    for name in ("ranked.parquet", "hits.parquet"):
+        if (run_dir / name).exists():
+            return pl.read_parquet(run_dir / name), name
+    return pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "position": pl.Int64,
+                                "key": pl.String, "vector": pl.Int64, "lexical": pl.Int64, "expected": pl.Boolean,
+                                "error": pl.String}), "no ranked lists"
+
+
+def run_label_health(run_dir: Path, baseline: str, chosen: str) -> pl.DataFrame:
+    ranked, _ = ranked_lists(run_dir)
+    return label_health(pl.scan_parquet(run_dir / "queries.parquet"), ranked, baseline, chosen)
+
+
+def label_health_blocks(run: RunFolder) -> list[Block]:
+    path = run.path / LABEL_HEALTH_FILE
+    findings = pl.read_parquet(path) if path.exists() else run_label_health(run.path, run.baseline, run.chosen)
+    _, source = ranked_lists(run.path)
+    queries = run.slice_rows(run.baseline)["overall"]["queries"]
+    counts = {k: findings.filter(pl.col("kind") == k).height for k in KINDS}
+    moved = queries - counts["unmoved"] - counts["never_found"]
+    blocks: list[Block] = [Heading("Label health"), Paragraph(
+        f"The knobs move {moved} of {queries} queries: {counts['unmoved']} rank the same at every setting and "
+        f"{counts['never_found']} are found at none (the label or the corpus, not the knobs, decides those). "
+        f"{counts['tie_sensitive']} queries' expected keys become tie-sensitive at some setting; "
+        f"{counts['suspect_unlabelled']} items look like unlabelled relevant ones (both channels rank them above "
+        f"the expected item in most of the ranked lists kept: {source}). Every finding is in {LABEL_HEALTH_FILE}.")]
+    for kind in ("never_found", "tie_sensitive", "suspect_unlabelled"):
+        rows = findings.filter(pl.col("kind") == kind)
+        if rows.height:
+            blocks += [Heading(kind.replace("_", " "), 3), Table(rows.select(
+                "slice", "query_id", "query", pl.col("expected").list.join(", "), "key", "detail")
+                .drop([] if kind == "suspect_unlabelled" else ["key"]))]
+    return blocks
