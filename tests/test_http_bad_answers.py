@@ -1,0 +1,188 @@
+"""A server that answers searches badly (not JSON, an HTML page, the wrong shape, far too much): each bad answer is
+retried as `retries` says and dropped once rejected; what stays failed ends the run with exit 3, saying which
+searches failed, why, and the `--resume` command that retries them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import polars as pl
+import psutil
+import pytest
+import yaml
+
+from rqsweep import cli, job
+from rqsweep.backends.http.auth import Target
+from rqsweep.backends.http.client import RequestFailed, SoatClient
+from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
+
+SETTINGS = 8  # http_support.SWEEP, the baseline among them
+BAD = {
+    "not JSON": ("application/json", b'{"results": [{"source_type": "document", '),
+    "HTML": ("text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>"),
+    "wrong shape": ("application/json", json.dumps({"items": [], "note": "x" * 2_000_000}).encode()),
+    "a wrong value": ("application/json", json.dumps({"results": [{"source_type": "y" * 2_000_000}]}).encode()),
+}
+SAID = {"not JSON": "answer is not JSON", "HTML": "answer is not JSON",
+        "wrong shape": "search response is not SOAT's shape", "a wrong value": "results[0].source_type"}
+
+
+@pytest.fixture(autouse=True)
+def password(monkeypatch):
+    monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
+
+
+class _BadProxy:
+    """A proxy in front of `upstream` answering searches for `query` with `answer` (content type, body): every
+    time (`every=1`), or every other time starting with the first (`every=2`: each retry gets the real answer)."""
+
+    def __init__(self, upstream: str, query: str, answer: tuple[str, bytes], every: int = 1):
+        self.upstream, self.query, self.answer, self.every = upstream, query, answer, every
+        self.seen = self.bad = 0
+        self._lock = threading.Lock()
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def _is_bad(self, raw: bytes) -> bool:
+        if self.answer is None or json.loads(raw or b"{}").get("query") != self.query:
+            return False
+        with self._lock:
+            self.seen += 1
+            bad = (self.seen - 1) % self.every == 0
+            self.bad += bad
+            return bad
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _reply(self, status: int, kind: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _pass(self, method: str) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy._is_bad(raw):
+                    return self._reply(200, *proxy.answer)
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                answer = httpx.request(method, proxy.upstream + self.path, content=raw, headers=headers)
+                self._reply(answer.status_code, answer.headers.get("content-type", "application/json"), answer.content)
+
+            def do_GET(self) -> None:
+                self._pass("GET")
+
+            def do_POST(self) -> None:
+                self._pass("POST")
+
+        return Handler
+
+
+def _last_query(folder: Path) -> str:
+    return yaml.safe_load((folder / "golden.yaml").read_text())[-1]["query"]
+
+
+@pytest.mark.parametrize("kind", list(BAD))
+def test_a_bad_answer_is_retried_as_retries_says(tmp_path, kind):
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        clean = job.run(write_config(tmp_path, "clean", http_backend(server.url, mode="direct")), quiet=True,
+                        output_dir=tmp_path / "out").grid
+        proxy = _BadProxy(server.url, _last_query(tmp_path), BAD[kind], every=2)
+        try:
+            config = write_config(tmp_path, "flaky", http_backend(proxy.url, mode="direct", retries=1))
+            outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
+        finally:
+            proxy.close()
+    assert proxy.bad >= SETTINGS  # each search of that query: a bad answer, then the real one
+    assert outcome.grid["errors"].sum() == 0
+    assert comparable(outcome.grid).drop("golden_sha256").equals(comparable(clean).drop("golden_sha256"))
+
+
+@pytest.mark.parametrize("kind", ["HTML", "a wrong value"])
+def test_searches_that_stay_failed_end_the_run_with_exit_3_saying_which_why_and_how_to_retry(tmp_path, kind,
+                                                                                             capsys):
+    write_corpus(tmp_path)
+    query = _last_query(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        proxy = _BadProxy(server.url, query, BAD[kind])
+        try:
+            config = write_config(tmp_path, "bad", http_backend(proxy.url, mode="direct", retries=2))
+            assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+            assert proxy.bad == SETTINGS * 3  # each search of that query tried 1 + retries times
+            err = capsys.readouterr().err
+            (run_dir,) = (tmp_path / "out" / "bad").iterdir()
+            assert f"{SETTINGS} searches failed for good, in {SETTINGS} of {SETTINGS} settings" in err
+            assert SAID[kind] in err and f"query {query!r}" in err
+            assert f"--resume {run_dir}" in err and "RUN_DIR" not in err
+            assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+            errors = pl.read_parquet(run_dir / "queries.parquet")["error"].drop_nulls()
+            assert errors.len() == SETTINGS and errors.str.len_chars().max() < 1000  # the 2 MB value is not kept
+
+            proxy.answer = None  # the server behaves again: --resume retries what failed
+            assert cli.main([str(config), "--resume", str(run_dir), "--quiet"]) == 0
+        finally:
+            proxy.close()
+    assert pl.read_parquet(run_dir / "grid.parquet")["errors"].sum() == 0
+
+
+def _flood(size: int) -> ThreadingHTTPServer:
+    """A server answering every request with `size` bytes of JSON-looking text, streamed in 1 MB pieces."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            piece = b" " * 1_000_000
+            try:
+                for _ in range(size // len(piece)):
+                    self.wfile.write(piece)
+            except (BrokenPipeError, ConnectionResetError, socket.error):
+                pass  # the client stopped reading: what the cap is for
+
+    http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    http.daemon_threads = True
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    return http
+
+
+def test_an_answer_past_the_size_cap_is_refused_unread(tmp_path):
+    http = _flood(400_000_000)
+    client = SoatClient(Target(f"http://127.0.0.1:{http.server_address[1]}", None, None, None), retries=1, backoff=0.001,
+                        max_response_bytes=2_000_000)
+    process = psutil.Process()
+    before = process.memory_info().rss
+    try:
+        with pytest.raises(RequestFailed, match=r"HTTP 200 answer larger than 2 MB \(after 2 attempts\)"):
+            client.request("POST", "/api/v1/knowledge/search", {"query": "q"})
+    finally:
+        client.close()
+        http.shutdown()
+        http.server_close()
+    assert process.memory_info().rss - before < 100_000_000  # 2 x 400 MB read whole would show
