@@ -19,7 +19,7 @@ Exit codes:
     0    success (and the gate passed, when asked)
     1    unexpected failure (a bug: the traceback says where)
     2    invalid input: arguments, config, corpus, golden set, run folder or gate file
-    3    backend failure
+    3    backend failure; or searches that failed for good in a finished run (`--resume RUN_DIR` retries them)
     4    no feasible setting (results and report are written all the same)
     5    gate failed: a slice regressed, lost its metrics or fell to zero (the slices are named)
     130  interrupted by SIGINT (Ctrl-C): finished settings are kept, the run folder's run.json says
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rqsweep import __version__
-from rqsweep.errors import Interrupted, NoFeasibleSetting, RqsweepError
+from rqsweep.errors import Interrupted, NoFeasibleSetting, RqsweepError, SearchesFailed
 
 EXIT_GATE_FAILED = 5
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # exit 128 + the signal's number: 130, 143
@@ -261,7 +261,7 @@ def _run(argv: list[str]) -> int:
         with _signals_interrupt():
             outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,
                               output_dir=args.output_dir, n_trials=args.n_trials, storage=args.storage)
-    except NoFeasibleSetting as exc:
+    except (NoFeasibleSetting, SearchesFailed) as exc:
         _print_report(Path(exc.run_dir))
         raise
     print(outcome.summary)

@@ -26,6 +26,15 @@ class BackendError(RqsweepError):
     exit_code = 3
 
 
+class SearchesFailed(BackendError):
+    """Searches failed for good in a run that wrote its results all the same (raised after writing): the
+    settings they belong to count as incomplete, and `--resume` retries them."""
+
+    def __init__(self, message: str, run_dir: object):
+        self.run_dir = run_dir
+        super().__init__(message)
+
+
 class NoFeasibleSetting(RqsweepError):
     """Every evaluated setting violates a constraint (raised after the run's files are written)."""
 

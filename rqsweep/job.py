@@ -22,8 +22,9 @@ import polars as pl
 from rqsweep import __version__, metrics
 from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.config import JobConfig
 from rqsweep.embedder_sweep import run_embedders
-from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
+from rqsweep.errors import BackendError, InputError, Interrupted, NoFeasibleSetting, SearchesFailed
 from rqsweep.files import write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs
@@ -369,6 +370,9 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
             _mark_unfinished(run_dir, "failed" if interrupt is None else "interrupted")
             if interrupt is not None:
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
+            if isinstance(exc, BackendError) and not isinstance(exc, SearchesFailed):
+                raise BackendError(f"{exc}\nfinished settings are kept in {run_dir}; once the backend answers again, "
+                                   f"continue with: rqsweep {config.path} --resume {run_dir}") from None
             raise
 
 
@@ -466,9 +470,30 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
     })
     write_json(run_dir / "run.json", info)
     outcome = RunResult(run_dir, done.grid, done.best, sweep.baseline_id, summary)
+    failed = _failed_searches(run_dir, done.grid, config)
+    if failed:
+        raise SearchesFailed(f"{summary}\n{failed}", run_dir)
     if done.best is None:
         raise NoFeasibleSetting(summary + f"\nResults in {run_dir}", run_dir)
     return outcome
+
+
+def _failed_searches(run_dir: Path, grid: pl.DataFrame, config: JobConfig) -> str | None:
+    """What failed for good in a finished run, why (the commonest errors, with a query of each) and how to retry
+    it; None when every search answered."""
+    overall = grid.filter(pl.col("slice") == OVERALL)
+    n = int(overall["errors"].sum())
+    if n == 0:
+        return None
+    reasons = (pl.scan_parquet(run_dir / "queries.parquet").filter(pl.col("error").is_not_null())
+               .group_by("error").agg(pl.len().alias("n"), pl.col("query").first(), pl.col("query_id").first())
+               .sort("n", descending=True).head(3).collect())
+    lines = [f"{n} searches failed for good, in {overall.filter(pl.col('errors') > 0).height} of {overall.height} "
+             "settings (they count as incomplete):"]
+    lines += [f"  {r['n']} x {r['error']} (e.g. query {r['query']!r}, id {r['query_id']})"
+              for r in reasons.iter_rows(named=True)]
+    lines.append(f"once the backend answers again, retry them with: rqsweep {config.path} --resume {run_dir}")
+    return "\n".join(lines)
 
 
 def work(config_path: Path, storage_url: str, study: str, *, workers: int | None = None, quiet: bool = False) -> int:

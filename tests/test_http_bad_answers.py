@@ -28,8 +28,9 @@ BAD = {
     "wrong shape": ("application/json", json.dumps({"items": [], "note": "x" * 2_000_000}).encode()),
     "a wrong value": ("application/json", json.dumps({"results": [{"source_type": "y" * 2_000_000}]}).encode()),
 }
-SAID = {"not JSON": "answer is not JSON", "HTML": "answer is not JSON",
-        "wrong shape": "search response is not SOAT's shape", "a wrong value": "results[0].source_type"}
+SAID = {"not JSON": "answer is not JSON", "HTML": "HTTP 200 answer is not JSON (text/html)",
+        "wrong shape": "search response is not SOAT's shape",
+        "a wrong value": "search response: results[0].source_type = 'yyyy"}
 
 
 @pytest.fixture(autouse=True)
@@ -38,12 +39,14 @@ def password(monkeypatch):
 
 
 class _BadProxy:
-    """A proxy in front of `upstream` answering searches for `query` with `answer` (content type, body): every
-    time (`every=1`), or every other time starting with the first (`every=2`: each retry gets the real answer)."""
+    """A proxy in front of `upstream` answering the searches of each query in `answers` with its answer (content
+    type, body): every time (`every=1`), or every other time starting with the first (`every=2`: each retry gets
+    the real answer). `bad` counts the bad answers given."""
 
-    def __init__(self, upstream: str, query: str, answer: tuple[str, bytes], every: int = 1):
-        self.upstream, self.query, self.answer, self.every = upstream, query, answer, every
-        self.seen = self.bad = 0
+    def __init__(self, upstream: str, answers: dict[str, tuple[str, bytes]], every: int = 1):
+        self.upstream, self.answers, self.every = upstream, answers, every
+        self.seen = dict.fromkeys(answers, 0)
+        self.bad = 0
         self._lock = threading.Lock()
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
@@ -54,14 +57,16 @@ class _BadProxy:
         self._http.shutdown()
         self._http.server_close()
 
-    def _is_bad(self, raw: bytes) -> bool:
-        if self.answer is None or json.loads(raw or b"{}").get("query") != self.query:
-            return False
+    def _bad_answer(self, raw: bytes) -> tuple[str, bytes] | None:
+        query = json.loads(raw or b"{}").get("query")
+        if query not in self.answers:
+            return None
         with self._lock:
-            self.seen += 1
-            bad = (self.seen - 1) % self.every == 0
-            self.bad += bad
-            return bad
+            self.seen[query] += 1
+            if (self.seen[query] - 1) % self.every:
+                return None
+            self.bad += 1
+            return self.answers[query]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
@@ -81,8 +86,9 @@ class _BadProxy:
 
             def _pass(self, method: str) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if proxy._is_bad(raw):
-                    return self._reply(200, *proxy.answer)
+                bad = proxy._bad_answer(raw)
+                if bad is not None:
+                    return self._reply(200, *bad)
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
                 answer = httpx.request(method, proxy.upstream + self.path, content=raw, headers=headers)
                 self._reply(answer.status_code, answer.headers.get("content-type", "application/json"), answer.content)
@@ -96,48 +102,48 @@ class _BadProxy:
         return Handler
 
 
-def _last_query(folder: Path) -> str:
-    return yaml.safe_load((folder / "golden.yaml").read_text())[-1]["query"]
+def _queries(folder: Path) -> list[str]:
+    return [q["query"] for q in yaml.safe_load((folder / "golden.yaml").read_text())]
 
 
-@pytest.mark.parametrize("kind", list(BAD))
-def test_a_bad_answer_is_retried_as_retries_says(tmp_path, kind):
+def test_a_bad_answer_of_each_kind_is_retried_as_retries_says(tmp_path):
     write_corpus(tmp_path)
     with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
         clean = job.run(write_config(tmp_path, "clean", http_backend(server.url, mode="direct")), quiet=True,
                         output_dir=tmp_path / "out").grid
-        proxy = _BadProxy(server.url, _last_query(tmp_path), BAD[kind], every=2)
+        proxy = _BadProxy(server.url, dict(zip(_queries(tmp_path)[-len(BAD):], BAD.values())), every=2)
         try:
             config = write_config(tmp_path, "flaky", http_backend(proxy.url, mode="direct", retries=1))
             outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
         finally:
             proxy.close()
-    assert proxy.bad >= SETTINGS  # each search of that query: a bad answer, then the real one
+    assert proxy.bad >= SETTINGS * len(BAD)  # each search of those queries: a bad answer, then the real one
     assert outcome.grid["errors"].sum() == 0
     assert comparable(outcome.grid).drop("golden_sha256").equals(comparable(clean).drop("golden_sha256"))
 
 
-@pytest.mark.parametrize("kind", ["HTML", "a wrong value"])
-def test_searches_that_stay_failed_end_the_run_with_exit_3_saying_which_why_and_how_to_retry(tmp_path, kind,
-                                                                                             capsys):
+def test_searches_that_stay_failed_end_the_run_with_exit_3_saying_which_why_and_how_to_retry(tmp_path, capsys):
     write_corpus(tmp_path)
-    query = _last_query(tmp_path)
+    kinds = ("HTML", "a wrong value")
+    queries = dict(zip(kinds, _queries(tmp_path)[-2:]))
     with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
-        proxy = _BadProxy(server.url, query, BAD[kind])
+        proxy = _BadProxy(server.url, {queries[k]: BAD[k] for k in kinds})
         try:
             config = write_config(tmp_path, "bad", http_backend(proxy.url, mode="direct", retries=2))
             assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
-            assert proxy.bad == SETTINGS * 3  # each search of that query tried 1 + retries times
+            # Each search of those queries tried 1 + retries times: the sweep's, then the ranked lists' of the report.
+            assert proxy.bad % 3 == 0 and proxy.bad >= 2 * SETTINGS * 3
             err = capsys.readouterr().err
             (run_dir,) = (tmp_path / "out" / "bad").iterdir()
-            assert f"{SETTINGS} searches failed for good, in {SETTINGS} of {SETTINGS} settings" in err
-            assert SAID[kind] in err and f"query {query!r}" in err
+            assert f"{2 * SETTINGS} searches failed for good, in {SETTINGS} of {SETTINGS} settings" in err
+            for kind in kinds:
+                assert f"{SETTINGS} x {SAID[kind]}" in err and f"query {queries[kind]!r}" in err
             assert f"--resume {run_dir}" in err and "RUN_DIR" not in err
             assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
             errors = pl.read_parquet(run_dir / "queries.parquet")["error"].drop_nulls()
-            assert errors.len() == SETTINGS and errors.str.len_chars().max() < 1000  # the 2 MB value is not kept
+            assert errors.len() == 2 * SETTINGS and errors.str.len_chars().max() < 1000  # the 2 MB value is not kept
 
-            proxy.answer = None  # the server behaves again: --resume retries what failed
+            proxy.answers = {}  # the server behaves again: --resume retries what failed
             assert cli.main([str(config), "--resume", str(run_dir), "--quiet"]) == 0
         finally:
             proxy.close()
@@ -179,7 +185,7 @@ def test_an_answer_past_the_size_cap_is_refused_unread(tmp_path):
     process = psutil.Process()
     before = process.memory_info().rss
     try:
-        with pytest.raises(RequestFailed, match=r"HTTP 200 answer larger than 2 MB \(after 2 attempts\)"):
+        with pytest.raises(RequestFailed, match=r"HTTP 200 answer larger than 2 MB \(application/json\) \(after 2 attempts\)"):
             client.request("POST", "/api/v1/knowledge/search", {"query": "q"})
     finally:
         client.close()

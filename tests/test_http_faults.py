@@ -64,8 +64,9 @@ def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_pat
         started = time.monotonic()
         assert cli.main([str(config), "--output-dir", out, "--quiet"]) == 3
         assert time.monotonic() - started < 30
-        assert "failed in a row" in capsys.readouterr().err
+        err = capsys.readouterr().err
         run_dir = _run_dir(tmp_path / "out", "resumed")
+        assert "failed in a row" in err and f"continue with: rqsweep {config} --resume {run_dir}" in err
         finished = pl.concat([pl.read_parquet(p) for p in (run_dir / "state").glob("part-*.parquet")])
         assert finished["setting_id"].n_unique() == 3 and finished["error"].null_count() == finished.height
         assert not (run_dir / "grid.parquet").exists()

@@ -105,5 +105,4 @@ def cluster_errors():
     try:
         yield
     except (OSError, TimeoutError, CancelledError, KilledWorker) as exc:
-        raise BackendError(f"Dask: the cluster stopped answering ({type(exc).__name__}: {exc}); finished settings "
-                           "are saved, `--resume RUN_DIR` continues from them") from None
+        raise BackendError(f"Dask: the cluster stopped answering ({type(exc).__name__}: {exc})") from None

@@ -151,8 +151,7 @@ def _seed(http: HttpConfig, config: JobConfig, corpus: Corpus, client: SoatClien
     except BackendError as exc:
         if run_dir is None or not journal.entries:
             raise
-        raise BackendError(f"{exc}; the writes made are recorded in {journal.path}: continue with "
-                           f"--resume {run_dir}") from None
+        raise BackendError(f"{exc}; the writes made are recorded in {journal.path}") from None
     if run_dir is not None:
         ids.save(run_dir / SEED_FILE)
     return ids

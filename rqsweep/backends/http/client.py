@@ -1,7 +1,10 @@
 """One shared HTTP client for a SOAT deployment: keep-alive, bounded concurrency, pacing, retries.
 
 Retries (exponential backoff with jitter) cover what is transient: connection errors, timeouts, a dropped
-connection, 429 (after at least its Retry-After) and 5xx. Other 4xx are answers, never retried. A request
+connection, 429 (after at least its Retry-After), 5xx, and a 2xx answer that is not what was asked for (not JSON,
+an HTML page, the wrong shape as the caller's `read` finds it, or larger than `max_response_bytes`: a proxy or
+a server in trouble). Other 4xx are answers, never retried. An answer is read as it streams in and dropped
+once rejected: past the cap the connection is closed unread, and a rejection quotes none of it. A request
 that still fails raises `RequestFailed`, which the caller records against its (setting, query). What
 cannot be a per-search accident stops the run with `BackendError`: no connection at all before the server
 ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
@@ -10,6 +13,7 @@ or `max_consecutive_failures` requests failing in a row (the server is gone: res
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -36,6 +40,9 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)
 # SOAT answers this 503 when no embedding provider is configured: retrying cannot help.
 _PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
+# What one answer may hold. A search answer at SOAT's largest limit is a few hundred kB, a listing page less:
+# anything near this is a proxy's or a broken server's, and reading it whole would hold it all in memory.
+MAX_RESPONSE_BYTES = 32_000_000
 
 
 @dataclass(frozen=True)
@@ -94,19 +101,38 @@ def _server_time_ms(response: httpx.Response) -> int | None:
         return None
 
 
-def _error_of(response: httpx.Response, scrub: Callable[[str], str]) -> RequestFailed:
+def _content_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "no content type")
+
+
+def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    """The body of a streamed response, or RequestFailed as soon as it is known to exceed `cap` bytes."""
+    too_large = RequestFailed(f"HTTP {response.status_code} answer larger than {cap / 1e6:g} MB "
+                              f"({_content_type(response)})", response.status_code)
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise too_large
+    body = bytearray()
+    for piece in response.iter_bytes():
+        body += piece
+        if len(body) > cap:
+            raise too_large
+    return bytes(body)
+
+
+def _error_of(response: httpx.Response, content: bytes, scrub: Callable[[str], str]) -> RequestFailed:
     """SOAT's error body `{"error": {"code", "message", "meta"?}}` as an exception, its text passed through
     `scrub`; anything else described."""
     try:
-        error = response.json().get("error")
+        error = json.loads(content).get("error")
     except (ValueError, AttributeError):
         error = None
     if isinstance(error, dict):
         code, message = error.get("code"), error.get("message")
         return RequestFailed(scrub(f"HTTP {response.status_code} {code}: {message}"), response.status_code,
                              code if isinstance(code, str) else None, error.get("meta"))
-    kind = response.headers.get("content-type", "no content type")
-    return RequestFailed(f"HTTP {response.status_code} without SOAT's error body ({kind})", response.status_code)
+    return RequestFailed(f"HTTP {response.status_code} without SOAT's error body ({_content_type(response)})",
+                         response.status_code)
 
 
 class SoatClient:
@@ -114,10 +140,11 @@ class SoatClient:
 
     def __init__(self, target: Target, *, max_in_flight: int = 8, requests_per_second: float | None = None,
                  timeout: float = 30.0, retries: int = 4, backoff: float = 0.5, max_consecutive_failures: int = 20,
-                 verify_tls: bool = True, reached: bool = False):
+                 verify_tls: bool = True, reached: bool = False, max_response_bytes: int = MAX_RESPONSE_BYTES):
         """`reached`: the server has answered this run before (a Dask worker's client continuing the
         coordinator's run), so a connection that cannot be made is retried rather than fatal."""
         self.base_url = target.base_url
+        self.max_response_bytes = max_response_bytes
         self.session = Session(target)
         self.retries, self.backoff = retries, backoff
         self.max_consecutive_failures = max_consecutive_failures
@@ -150,8 +177,12 @@ class SoatClient:
         self.session.login(post)
 
     def request(self, method: str, path: str, body: object = None, *, params: dict | None = None,
-                idempotent: bool = True, authenticated: bool = True, probing: bool = False) -> Reply:
+                idempotent: bool = True, authenticated: bool = True, probing: bool = False,
+                read: Callable[[object], object] | None = None) -> Reply:
         """One API call with SOAT's error handling; see the module docstring for what is retried.
+
+        `read(payload)`: what the caller makes of a 2xx answer's JSON (the reply's body); a RequestFailed it
+        raises (an answer of the wrong shape) is retried like a transient failure, its message scrubbed.
 
         `idempotent=False` (writes) retries only failures where the request was surely not processed:
         connection refused or timed out before sending, and 429. Until the server has answered once, a
@@ -169,26 +200,35 @@ class SoatClient:
             self.stats.add(requests=1)
             headers = self.session.headers() if authenticated else {}
             try:
-                response = self.http.request(method, path, json=body, params=params, headers=headers)
+                with self.http.stream(method, path, json=body, params=params, headers=headers) as response:
+                    self._answered = True
+                    content = _read_capped(response, self.max_response_bytes)
             except httpx.TransportError as exc:
                 problem = self.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
                 if not self._answered and isinstance(exc, _UNREACHABLE):
                     raise BackendError(f"cannot reach SOAT at {self.base_url} ({problem})") from None
                 retryable = idempotent or isinstance(exc, _NOT_SENT)
                 failure, delay = RequestFailed(problem), self._backoff(attempt)
+            except RequestFailed as exc:  # past the size cap
+                failure, retryable, delay = exc, idempotent, self._backoff(attempt)
             else:
-                self._answered = True
                 status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        payload = response.json()
+                        payload = json.loads(content)
+                        del content  # held no longer than needed: answers can be large
+                        payload = payload if read is None else read(payload)
                     except ValueError:
-                        failure, retryable, delay = RequestFailed(f"HTTP {status} answer is not JSON"), False, 0.0
+                        failure = RequestFailed(f"HTTP {status} answer is not JSON ({_content_type(response)})", status)
+                        retryable, delay = idempotent, self._backoff(attempt)
+                    except RequestFailed as exc:  # it may quote what the server sent back, credentials included
+                        failure = type(exc)(self.scrub(str(exc)), status)
+                        retryable, delay = idempotent, self._backoff(attempt)
                     else:
                         self._succeeded()
                         return Reply(status, payload, _server_time_ms(response))
                 else:
-                    failure = _error_of(response, self.scrub)
+                    failure = _error_of(response, content, self.scrub)
                     if status == 401 and authenticated and self.session.can_login and not relogged:
                         relogged = True
                         self.connect()  # the login token expired: log in again, once
@@ -206,7 +246,7 @@ class SoatClient:
                 if not (probing and failure.status is not None and 400 <= failure.status < 500):
                     self._failed(failure, path)
                 if attempt:
-                    raise RequestFailed(f"{failure} (after {attempt + 1} attempts)", failure.status, failure.code,
+                    raise type(failure)(f"{failure} (after {attempt + 1} attempts)", failure.status, failure.code,
                                         failure.meta)
                 raise failure
             attempt += 1
@@ -248,7 +288,6 @@ class SoatClient:
             self._consecutive_failures += 1
             if self._consecutive_failures >= self.max_consecutive_failures and not self._stopped:
                 self._stopped = (f"{self._consecutive_failures} requests to SOAT at {self.base_url} failed in a row "
-                                 f"(last: {path}: {failure}); stopping: finished settings are kept, continue "
-                                 "with --resume RUN_DIR once the server is back")
+                                 f"(last: {path}: {failure}); stopping: the server is gone or broken")
         if self._stopped:
             raise BackendError(self._stopped)

@@ -9,7 +9,7 @@ import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import (
-    SEARCH_PATH, Dialect, PreparedQuery, ResponseShapeError, SearchScope, parse_hits, positions_in_hits,
+    SEARCH_PATH, Dialect, PreparedQuery, SearchScope, parse_hits, positions_in_hits,
     search_body,
 )
 from rqsweep.knobs import Knobs
@@ -37,11 +37,8 @@ class Searcher:
         """The ranked results of one search (in the run's scope unless told), and the reply (for the server's
         clock)."""
         body = search_body(query, knobs, limit or self.limit, scope or self.scope, self.dialect)
-        reply = self.client.request("POST", SEARCH_PATH, body)
-        try:
-            return parse_hits(reply.body, self.dialect), reply
-        except ResponseShapeError as exc:  # it may quote what the server sent back, credentials included
-            raise ResponseShapeError(self.client.scrub(str(exc))) from None
+        reply = self.client.request("POST", SEARCH_PATH, body, read=lambda payload: parse_hits(payload, self.dialect))
+        return reply.body, reply
 
     def outcome(self, query: PreparedQuery, knobs: Knobs) -> SearchOutcome:
         try:

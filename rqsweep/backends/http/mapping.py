@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed
+from rqsweep.errors import shown
 from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, RRF_K, Knobs
 
 SEARCH_PATH = "/api/v1/knowledge/search"
@@ -115,7 +116,7 @@ def _position(signals: dict, channel: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ResponseShapeError(f"search response: {where}.signals.{channel} = {value!r}, expected a 1-based "
+        raise ResponseShapeError(f"search response: {where}.signals.{channel} = {shown(value)}, expected a 1-based "
                                  "position")
     return value
 
@@ -126,7 +127,8 @@ def _timestamp_ms(value: object, where: str) -> int | None:
     try:
         return round(datetime.fromisoformat(str(value)).timestamp() * 1000)
     except ValueError:
-        raise ResponseShapeError(f"search response: {where}.updated_at = {value!r} is not an ISO timestamp") from None
+        raise ResponseShapeError(f"search response: {where}.updated_at = {shown(value)} is not an ISO "
+                                 "timestamp") from None
 
 
 def _hit(row: object, i: int, dialect: Dialect) -> Hit:
@@ -135,20 +137,21 @@ def _hit(row: object, i: int, dialect: Dialect) -> Hit:
         raise ResponseShapeError(f"search response: {where} is {type(row).__name__}, expected an object")
     source_type = row.get("source_type")
     if source_type not in ("document", "memory"):
-        raise ResponseShapeError(f"search response: {where}.source_type = {source_type!r}, expected "
+        raise ResponseShapeError(f"search response: {where}.source_type = {shown(source_type)}, expected "
                                  "'document' or 'memory'")
     id_field = "document_id" if source_type == "document" else dialect.memory_id
     target = row.get(id_field)
     if not isinstance(target, str) or not target:
         raise ResponseShapeError(f"search response: {where} is a {source_type} without `{id_field}` "
-                                 f"(fields: {', '.join(sorted(row)) or 'none'})")
+                                 f"(fields: {shown(sorted(row))})")
     chunk = row.get("chunk_id") if source_type == "document" else target
     similarity = row.get("similarity_score")
     if similarity is not None and (isinstance(similarity, bool) or not isinstance(similarity, (int, float))):
-        raise ResponseShapeError(f"search response: {where}.similarity_score = {similarity!r}, expected a number")
+        raise ResponseShapeError(f"search response: {where}.similarity_score = {shown(similarity)}, expected a "
+                                 "number")
     signals = row.get("signals")
     if signals is not None and not isinstance(signals, dict):
-        raise ResponseShapeError(f"search response: {where}.signals = {signals!r}, expected an object")
+        raise ResponseShapeError(f"search response: {where}.signals = {shown(signals)}, expected an object")
     signals = signals or {}
     score = row.get("score")
     return Hit(
@@ -163,7 +166,8 @@ def _hit(row: object, i: int, dialect: Dialect) -> Hit:
 def parse_hits(payload: object, dialect: Dialect) -> list[Hit]:
     """`{"results": [...]}` -> hits, best first; `ResponseShapeError` names whatever is missing."""
     if not isinstance(payload, dict) or not isinstance(payload.get("results"), list):
-        got = f"an object with keys {sorted(payload)}" if isinstance(payload, dict) else type(payload).__name__
+        got = (f"an object with keys {shown(sorted(payload))}" if isinstance(payload, dict)
+               else type(payload).__name__)
         raise ResponseShapeError(f"search response is not SOAT's shape: expected {{\"results\": [...]}}, got {got}")
     return [_hit(row, i, dialect) for i, row in enumerate(payload["results"])]
 
