@@ -371,7 +371,7 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
             if interrupt is not None:
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
             if isinstance(exc, BackendError) and not isinstance(exc, SearchesFailed):
-                raise BackendError(f"{exc}\nfinished settings are kept in {run_dir}; once the backend answers again, "
+                raise BackendError(f"{exc}; finished settings are kept in {run_dir}; once the backend answers again, "
                                    f"continue with: rqsweep {config.path} --resume {run_dir}") from None
             raise
 
