@@ -211,7 +211,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     if mode == "significant" and (previous is None or gate_file is not None):
         raise InputError(gate_file or current, "--gate-mode", "significant: pairs per-query values with a previous "
                          "run folder (PREVIOUS_RUN_DIR, --compare); a gate file holds none: gate it in exact mode")
-    now = run_snapshot(current)
+    run = read_run_folder(current)
+    now = _snapshot(run)
     references = [run_snapshot(previous)] if previous is not None else []
     if gate_file is not None:
         references.append(read_gate_file(gate_file))
@@ -223,7 +224,6 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
         sections.append(table)
         if mode == "exact":
             problems += fell
-    run = read_run_folder(current)
     if mode == "significant":
         rows, regressed, paired = paired_rows(run, read_run_folder(previous))
         sections.append(f"Paired per query against run {references[0].source.removeprefix('run ')} "

@@ -66,7 +66,7 @@ class Routing:
     folds: int
     seed: int
     global_setting: str  # the best feasible setting on all queries, else the baseline
-    routes: dict[str, Route]  # slice -> its route, the golden set's slices in order
+    routes: dict[str, Route]  # slice -> its route, in the golden set's order of slices
     fold_globals: tuple[str, ...]  # per outer fold, the global setting its held-out queries were scored with
     fold_routes: tuple[dict[str, str], ...]  # per outer fold, slice -> the setting its held-out queries got
     query_ids: list[str]
@@ -175,7 +175,6 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     columns = np.arange(len(sums.query_ids))
     base_at = np.full(len(columns), position[baseline])
     paired = ok[base_at, columns] & ok[global_at, columns] & ok[routed_at, columns]
-    return Routing(objective, baseline, sums.folds, sums.seed, global_setting,
-                   {s: routes.get(s, Route(global_setting, global_setting, False, 0, 0, None)) for s in sums.slices},
-                   fold_globals, fold_routes, list(sums.query_ids), slice_names, values[0, base_at, columns],
-                   values[0, global_at, columns], values[0, routed_at, columns], paired)
+    return Routing(objective, baseline, sums.folds, sums.seed, global_setting, routes, fold_globals, fold_routes,
+                   list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
+                   values[0, routed_at, columns], paired)
