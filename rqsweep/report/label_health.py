@@ -115,7 +115,9 @@ def label_health_blocks(run: RunFolder) -> list[Block]:
         f"{counts['never_found']} are found at none (the label or the corpus, not the knobs, decides those). "
         f"{counts['tie_sensitive']} queries' expected keys become tie-sensitive at some setting; "
         f"{counts['suspect_unlabelled']} items look like unlabelled relevant ones (both channels rank them above "
-        f"the expected item in most of the ranked lists kept: {source}). Every finding is in {LABEL_HEALTH_FILE}.")]
+        f"the expected item in most of the ranked lists kept: {source}; a stale memory whose fresher twin is the "
+        f"expected item is listed too, since both channels rank the twins alike and only the recency blend parts "
+        f"them). Every finding is in {LABEL_HEALTH_FILE}.")]
     for kind in ("never_found", "tie_sensitive", "suspect_unlabelled"):
         rows = findings.filter(pl.col("kind") == kind)
         if rows.height:
