@@ -163,3 +163,13 @@ def test_routing_json_holds_each_slices_request_and_held_out_figures_the_per_que
     assert low <= overall["routing_over_global"]["mean"] <= high
     assert any(line.startswith("Routing held-out gain") for line in out.summary.splitlines())
     assert "One setting per slice (routing)" in (out.run_dir / "report.md").read_text()
+
+
+def test_without_cross_validation_there_is_no_routing_and_the_report_says_why(tmp_path):
+    from rqsweep import job
+    from tests.minijob import write_job
+
+    out = job.run(write_job(tmp_path, validation=False), quiet=True)
+    assert not (out.run_dir / "routing.json").exists()
+    assert "Routing held-out gain" not in out.summary
+    assert "No routing table: cross-validation is off" in (out.run_dir / "report.md").read_text()
