@@ -18,7 +18,8 @@ the gate file instead of gating against it (a previous run given with --compare 
 Exit codes:
     0    success (and the gate passed, when asked)
     1    unexpected failure (a bug: the traceback says where)
-    2    invalid input: arguments, config, corpus, golden set, run folder or gate file
+    2    invalid input: arguments, config, corpus, golden set, run folder or gate file; or an output that
+         cannot be written (read-only folder, full disk, file-size limit; the folder is named)
     3    backend failure; or searches that failed for good in a finished run (`--resume RUN_DIR` retries them)
     4    no feasible setting (results and report are written all the same)
     5    gate failed: a slice regressed, lost its metrics or fell to zero (the slices are named)

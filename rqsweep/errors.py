@@ -20,6 +20,13 @@ class InputError(RqsweepError):
         super().__init__(f"{location}: {problem}")
 
 
+class OutputError(RqsweepError):
+    """An output that cannot be written (a read-only folder, a full disk, a file-size limit): names the file and
+    its folder. Exit 2, as the other things the user must fix before running again."""
+
+    exit_code = 2
+
+
 class BackendError(RqsweepError):
     """A backend could not answer (unreachable server, rejected credentials, bad responses)."""
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, OutputError
 
 
 class _Alias(Exception):
@@ -126,21 +126,48 @@ def load_yaml(text: str, path: Path) -> object:
 
 
 @contextlib.contextmanager
+def writing_in(folder: Path, name: str | None = None) -> Iterator[None]:
+    """Turn the block's OSError (a read-only folder, a full disk, a file-size limit) into an OutputError naming
+    the folder, and the file `name` in it when given."""
+    try:
+        yield
+    except OSError as exc:
+        what = f"cannot write {name} in {folder}" if name else f"cannot write in {folder}"
+        raise OutputError(f"{what}: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
 def _atomic(path: Path) -> Iterator[Path]:
     """A temporary file beside `path` to write; fsynced and renamed onto `path` when the block ends well."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Created as any new file is, 0666 less the umask (mkstemp's files are 0600 whatever the umask); the
-    # kernel applies the umask, so it is never read (reading it means setting it, for every thread).
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    with writing_in(path.parent, path.name):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Created as any new file is, 0666 less the umask (mkstemp's files are 0600 whatever the umask); the
+        # kernel applies the umask, so it is never read (reading it means setting it, for every thread).
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        try:
+            yield tmp
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):  # a read-only folder refuses this too
+                tmp.unlink(missing_ok=True)
+            raise
+
+
+@contextlib.contextmanager
+def reading_parquet(path: Path) -> Iterator[None]:
+    """Turn what a damaged Parquet file makes polars or pyarrow raise (truncated, random bytes) into an InputError
+    naming the file."""
     try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        yield
+    except FileNotFoundError:
+        raise InputError(path, "", "missing") from None
+    except (pl.exceptions.PolarsError, pl.exceptions.PanicException, pa.ArrowException, OSError) as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(path, "", f"damaged: cannot be read as Parquet ({detail}); restore it from a copy, "
+                                   "or run again") from None
 
 
 def write_text(path: Path, text: str) -> None:

@@ -3,6 +3,7 @@ results and report."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,7 +25,7 @@ from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.config import JobConfig
 from rqsweep.embedder_sweep import run_embedders
-from rqsweep.errors import BackendError, InputError, Interrupted, NoFeasibleSetting, SearchesFailed
+from rqsweep.errors import BackendError, InputError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
 from rqsweep.files import write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs
@@ -367,12 +368,15 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
             if not (run_dir / "run.json").exists():  # a new run that ended before it began leaves no folder
                 raise
             interrupt = _interrupt_behind(exc)
-            _mark_unfinished(run_dir, "failed" if interrupt is None else "interrupted")
+            with contextlib.suppress(OutputError):  # a full or read-only disk refuses this too: run.json stays
+                _mark_unfinished(run_dir, "failed" if interrupt is None else "interrupted")
             if interrupt is not None:
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
-            if isinstance(exc, BackendError) and not isinstance(exc, SearchesFailed):
-                raise BackendError(f"{exc}; finished settings are kept in {run_dir}; once the backend answers again, "
-                                   f"continue with: rqsweep {config.path} --resume {run_dir}") from None
+            kind, until = ((BackendError, "the backend answers again") if isinstance(exc, BackendError) else
+                           (OutputError, "the folder can be written again (space freed, or made writable)"))
+            if isinstance(exc, (BackendError, OutputError)) and not isinstance(exc, SearchesFailed):
+                raise kind(f"{exc}; finished settings are kept in {run_dir}; once {until}, "
+                           f"continue with: rqsweep {config.path} --resume {run_dir}") from None
             raise
 
 

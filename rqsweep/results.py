@@ -24,7 +24,7 @@ from rqsweep.backends.base import RankedHit
 from rqsweep.config import SECRET_KEY
 from rqsweep.constraints import Verdicts
 from rqsweep.errors import InputError
-from rqsweep.files import write_parquet
+from rqsweep.files import write_parquet, writing_in
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import KNOBS, Knobs
 from rqsweep.study import redact_url
@@ -51,15 +51,16 @@ def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: da
     """
     digest = hashlib.sha256(f"{config_sha256}:{golden_sha256}".encode()).hexdigest()[:8]
     first = f"{now:%Y%m%dT%H%M%SZ}-{digest}"
-    parent.mkdir(parents=True, exist_ok=True)
     run_id, n = first, 1
-    while True:
-        try:
-            (parent / run_id).mkdir()  # atomic: of two processes, one gets the name
-            return run_id, parent / run_id
-        except FileExistsError:
-            n += 1
-            run_id = f"{first}-{n}"
+    with writing_in(parent):
+        parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                (parent / run_id).mkdir()  # atomic: of two processes, one gets the name
+                return run_id, parent / run_id
+            except FileExistsError:
+                n += 1
+                run_id = f"{first}-{n}"
 
 
 @contextlib.contextmanager
@@ -68,7 +69,9 @@ def holding(run_dir: Path) -> Iterator[None]:
 
     The lock file stays: removing it would let a third process lock a new file while the second holds the old.
     """
-    with open(run_dir / LOCK_FILE, "a") as lock:
+    with writing_in(run_dir, LOCK_FILE):
+        lock = open(run_dir / LOCK_FILE, "a")
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -114,7 +117,8 @@ class LocalRunState:
 
     def __init__(self, folder: Path, schema: Mapping[str, pl.DataType], consolidated: Path | None = None):
         self.folder, self.schema = folder, dict(schema)
-        folder.mkdir(parents=True, exist_ok=True)
+        with writing_in(folder.parent):
+            folder.mkdir(parents=True, exist_ok=True)
         parts = sorted((_part_number(p), p) for p in folder.glob("part-*.parquet"))
         self._next = parts[-1][0] + 1 if parts else 0
         # (file, row group): a part is read whole, the consolidated table a row group at a time.
@@ -217,11 +221,14 @@ def _part_number(path: Path) -> int:
 def load_run_json(run_dir: Path) -> dict:
     path = run_dir / "run.json"
     try:
-        return json.loads(path.read_text())
+        info = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(path, "", "not a run folder (no run.json)") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(path, "", f"not valid JSON: {exc.msg}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, "", f"not valid JSON: {exc}") from None
+    if not isinstance(info, dict):
+        raise InputError(path, "", f"expected a JSON object, got {type(info).__name__}")
+    return info
 
 
 def setting_knobs(rows: pl.DataFrame) -> pl.DataFrame:

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from rqsweep.config import Constraint
 from rqsweep.engine.index import DEFAULT_LIMIT
 from rqsweep.errors import InputError
+from rqsweep.files import reading_parquet
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from rqsweep.results import load_run_json
@@ -112,7 +113,8 @@ class RunFolder:
         path = self.path / "queries.parquet"
         if not path.exists():
             raise InputError(path, "", "missing: the run folder has no per-query table")
-        return pl.scan_parquet(path).filter(pl.col("setting_id").is_in(setting_ids)).collect()
+        with reading_parquet(path):
+            return pl.scan_parquet(path).filter(pl.col("setting_id").is_in(setting_ids)).collect()
 
 
 def check_finished(path: Path) -> None:
@@ -138,9 +140,10 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
     grid_path = path / "grid.parquet"
     if not grid_path.exists():
         raise InputError(grid_path, "", "missing: the run folder has no grid")
-    metadata = pq.read_schema(grid_path).metadata or {}
+    with reading_parquet(grid_path):
+        metadata = pq.read_schema(grid_path).metadata or {}
+        grid = pl.read_parquet(grid_path)
     config = json.loads(metadata.get(b"rqsweep.config", b"{}"))
-    grid = pl.read_parquet(grid_path)
     embedders = grid["embedder"].unique(maintain_order=True).to_list() if "embedder" in grid.columns else []
     if len(embedders) > 1:
         raise InputError(path, "", "a sweep over several embedders: each embedder's run is a run folder of its own, "

@@ -87,11 +87,13 @@ def finished(tmp_path_factory):
 
 @pytest.fixture()
 def copy(finished, tmp_path):
+    """A copy of the finished run to damage, removed after the test (conftest's check reads finished folders)."""
     import shutil
 
     target = tmp_path / finished.name
     shutil.copytree(finished, target)
-    return target
+    yield target
+    shutil.rmtree(target)
 
 
 @pytest.mark.parametrize("name", ["hits.parquet", "queries.parquet", "grid.parquet"])

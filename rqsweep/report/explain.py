@@ -17,8 +17,10 @@ import polars as pl
 from rqsweep.backends.base import RankedHit
 from rqsweep.engine.trace import ItemTrace
 from rqsweep.errors import InputError
+from rqsweep.files import reading_parquet
 from rqsweep.inputs import load_inputs
 from rqsweep.knobs import Knobs
+from rqsweep.results import load_run_json
 from rqsweep.run_folder import RunFolder, read_run_folder
 
 _LIST_WIDTH = 44
@@ -88,8 +90,13 @@ class Recompute:
     """The run's inputs rebuilt from its config, for lists and traces not stored in the run folder."""
 
     def __init__(self, run: RunFolder):
-        info = json.loads((run.path / "run.json").read_text())
-        config_path = run.path / info.get("config_path", "")  # relative to the run folder (absolute before)
+        info = load_run_json(run.path)
+        if not info.get("config_path"):
+            raise InputError(run.path / "run.json", "config_path",
+                             "missing (a run.json written before rqsweep kept it): this list is not stored in the "
+                             "run folder, and explain and export recompute it from the run's config, which this "
+                             "run.json does not name")
+        config_path = run.path / info["config_path"]  # relative to the run folder (absolute before)
         if not config_path.is_file():
             raise InputError(run.path / "run.json", "config_path",
                              f"{str(config_path)!r} is not a file: explain and export recompute from the run's "
@@ -159,7 +166,8 @@ def stored_lists(run: RunFolder, setting_id: str) -> dict[str, list[RankedHit] |
     None when it stored none for this setting."""
     for name in ("hits.parquet", "ranked.parquet"):
         if (run.path / name).exists():
-            hits = pl.scan_parquet(run.path / name).filter(pl.col("setting_id") == setting_id).collect()
+            with reading_parquet(run.path / name):
+                hits = pl.scan_parquet(run.path / name).filter(pl.col("setting_id") == setting_id).collect()
             if hits.height:
                 return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
     return None
@@ -181,8 +189,10 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
     row = rows.row(0, named=True)
     expected = list(row["expected"])
     base_knobs = run.knobs(run.baseline)
-    stored = pl.read_parquet(run.path / "hits.parquet").filter(pl.col("query_id") == query_id) \
-        if (run.path / "hits.parquet").exists() else None
+    stored = None
+    if (run.path / "hits.parquet").exists():
+        with reading_parquet(run.path / "hits.parquet"):
+            stored = pl.read_parquet(run.path / "hits.parquet").filter(pl.col("query_id") == query_id)
     recompute: Recompute | None = None
     lists = {}
     for sid, knobs in ((run.baseline, base_knobs), (other, other_knobs)):
