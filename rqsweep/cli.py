@@ -8,6 +8,7 @@
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
     rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
+                 [--gate-mode exact|significant]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
 
 A run writes its results and report.md / report.html into its run folder, marks it complete (the
