@@ -43,7 +43,8 @@ def paired_rows(current: RunFolder, previous: RunFolder) -> tuple[list[dict[str,
     for (s, m, t), p in zip(tests, adjusted):
         regressed = p < ALPHA and t.mean_difference < 0
         label = metric_label(m)
-        rows.append({"slice": s, "metric": label, "pairs": t.queries, "differ": t.differing,
+        # Counts as text: the gate's table shows every number at its 4 decimals.
+        rows.append({"slice": s, "metric": label, "pairs": str(t.queries), "differ": str(t.differing),
                      "Δ": t.mean_difference, "CI": f"[{t.ci_low:+.4f}, {t.ci_high:+.4f}]", "p": t.p_value,
                      "p (Holm)": p, "check": "REGRESSED" if regressed else "ok"})
         if regressed:

@@ -52,6 +52,8 @@ def test_a_regression_of_the_whole_slice_fails_the_significant_gate_naming_it(tm
     (freshness_mrr,) = [p for p in result.problems if p.startswith("freshness: MRR")]
     assert freshness_mrr.startswith("freshness: MRR -1.0000 over 10 paired queries, p (Holm) 0.0")
     assert "REGRESSED" in result.text
+    (row,) = [line for line in result.text.splitlines() if line.startswith("| freshness ") and "MRR" in line]
+    assert [cell.strip() for cell in row.split("|")[1:6]] == ["freshness", "MRR", "10", "10", "-1.0000"]
 
 
 def test_a_regression_luck_could_make_is_not_significant_after_holm(tmp_path, previous):
