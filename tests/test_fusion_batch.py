@@ -12,7 +12,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
-                                  reciprocal_rank_fusion, similarity_floor, stack_plans, stacked_positions)
+                                  reciprocal_rank_fusion, similarity_floor, stack_both_orders, stack_plans,
+                                  stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
@@ -234,6 +235,27 @@ def test_tie_sensitive_counts_a_memory_a_later_search_would_rank_lower():
     assert _memory_lead_case(10 / 86_400) == ([[1], [1]], [True, False])
     # Ahead by an hour of age (2.9e-2): the minute changes nothing; without the blend nothing decays.
     assert _memory_lead_case(1 / 24) == ([[1], [1]], [False, False])
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
+    st.just(limit), st.lists(st.tuples(query_case(limit), query_case(limit), st.booleans()), min_size=1, max_size=5),
+    knob_lists())))
+def test_one_stack_for_both_tie_orders_equals_two(case):
+    """Stacking the other tie order only where its plan is another object flags the same (setting, query) pairs
+    as stacking and ranking every query in both orders."""
+    limit, pairs, knobs = case
+    plans, alternates = [], []
+    for (cands, ages, groups), (other_cands, other_ages, _), same in pairs:
+        plans.append(plan_query(cands, groups, ages))
+        alternates.append(plans[-1] if same else plan_query(other_cands, groups, other_ages))
+    batch = SettingsBatch.from_knobs(knobs)
+    found = stacked_positions(stack_plans(plans), batch, limit)
+    both = stack_both_orders(plans, alternates)
+    assert both.differs.tolist() == [q for q, (_, _, same) in enumerate(pairs) if not same]
+    assert np.array_equal(stacked_positions(both.stack, batch, limit), found)
+    expected = (stacked_positions(stack_plans(alternates), batch, limit) != found).any(axis=2)
+    assert np.array_equal(tie_order_changes(both, batch, limit, found), expected)
 
 
 @hsettings(max_examples=400, deadline=None)

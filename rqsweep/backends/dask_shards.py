@@ -19,7 +19,7 @@ import numpy as np
 
 from rqsweep.backends.dask_cluster import DaskCluster, cluster_errors
 from rqsweep.backends.scoring import PositionsAndTies, join_shards, plan_queries, score_plans, shard_bounds
-from rqsweep.engine.batch import SettingsBatch
+from rqsweep.engine.batch import SettingsBatch, stack_both_orders
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
 from rqsweep.scope import Scope
@@ -31,7 +31,7 @@ LOST = ("cancelled", "lost")  # a future's status once the cluster cannot give i
 
 def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> PositionsAndTies:
     plans, alternates, _ = extracted
-    return score_plans(plans, alternates, batch, limit)
+    return score_plans(stack_both_orders(plans, alternates), batch, limit)
 
 
 def _candidates_of(extracted: tuple) -> list[Candidates]:

@@ -12,10 +12,10 @@ import polars as pl
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
-from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans
+from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
 from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.batch import SettingsBatch
+from rqsweep.engine.batch import BothOrders, SettingsBatch, stack_both_orders
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
@@ -72,6 +72,7 @@ class EmbeddedBackend:
         else:
             self.plans, self.alternates, self._candidates = plan_queries(self.index, queries, self.vectors,
                                                                          self.limit, self.scope, log)
+            self._stacks: dict[int, list[BothOrders]] = {}
 
     @property
     def candidates(self) -> list[Candidates]:
@@ -93,8 +94,15 @@ class EmbeddedBackend:
         """In this process, or over local loky processes through joblib, a shard of queries per process."""
         workers = self.workers.n if self.workers.n > 0 else os.cpu_count() or 1
         if workers == 1 or len(batch) * len(self.plans) < _MIN_PARALLEL_WORK:
-            return score_plans(self.plans, self.alternates, batch, self.limit)
-        return score_in_processes(self.plans, self.alternates, batch, self.limit, workers)
+            return score_plans(self._stacked(1)[0], batch, self.limit)
+        return score_in_processes(self._stacked(workers), batch, self.limit, workers)
+
+    def _stacked(self, shards: int) -> list[BothOrders]:
+        """The plans stacked once per run for `shards` shards of queries: stacking costs more than a batch's pass."""
+        if shards not in self._stacks:
+            self._stacks[shards] = (stack_shards(self.plans, self.alternates, shards) if shards > 1
+                                    else [stack_both_orders(self.plans, self.alternates)])
+        return self._stacks[shards]
 
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
         """Golden queries' ranked lists under one setting (all by default), by the reference path from the

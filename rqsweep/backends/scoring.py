@@ -11,8 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
-from rqsweep.engine.batch import (QueryPlan, SettingsBatch, delay_changes_positions, plan_query, stack_plans,
-                                  stacked_positions)
+from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, delay_changes_positions, plan_query,
+                                  stack_both_orders, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
@@ -54,25 +54,30 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
     return plans, alternates, kept
 
 
-def score_plans(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int) -> PositionsAndTies:
-    """(settings, queries, keys) positions and (settings, queries) tie sensitivity, every query at once.
+def score_plans(both: BothOrders, batch: SettingsBatch, limit: int) -> PositionsAndTies:
+    """(settings, queries, keys) positions and (settings, queries) tie sensitivity, every query at once, from
+    plans stacked once (`stack_both_orders`) and reused for every batch.
 
     Small integer types: results travel back from worker processes, and limit <= 100.
     """
-    found = stacked_positions(stack_plans(plans), batch, limit)
-    tie = (stacked_positions(stack_plans(alternates), batch, limit) != found).any(axis=2)
-    for q, plan in enumerate(plans):
+    found = stacked_positions(both.stack, batch, limit)
+    tie = tie_order_changes(both, batch, limit, found)
+    for q, plan in enumerate(both.stack.plans):
         tie[:, q] |= delay_changes_positions(plan, batch, limit, found[:, q, : len(plan.groups)], SEARCH_DELAY_DAYS)
     return found.astype(np.int16), tie
 
 
-def score_in_processes(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], batch: SettingsBatch, limit: int,
+def score_in_processes(shards: Sequence[BothOrders], batch: SettingsBatch, limit: int,
                        workers: int) -> PositionsAndTies:
-    """`score_plans` over `workers` local loky processes through joblib, one shard of queries each."""
+    """`score_plans` over `workers` local loky processes through joblib, one shard of queries each (`stack_shards`)."""
     with parallel_config(backend="loky", n_jobs=workers):
-        parts = Parallel()(delayed(score_plans)(plans[a:b], alternates[a:b], batch, limit)
-                           for a, b in shard_bounds(len(plans), workers))
+        parts = Parallel()(delayed(score_plans)(shard, batch, limit) for shard in shards)
     return join_shards(parts)
+
+
+def stack_shards(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], n_shards: int) -> list[BothOrders]:
+    """`stack_both_orders` of each of `n_shards` contiguous shards of queries (`shard_bounds`)."""
+    return [stack_both_orders(plans[a:b], alternates[a:b]) for a, b in shard_bounds(len(plans), n_shards)]
 
 
 def join_shards(parts: Sequence[PositionsAndTies]) -> PositionsAndTies:

@@ -381,6 +381,35 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     return out
 
 
+@dataclass(frozen=True)
+class BothOrders:
+    """Queries' plans stacked once for both tie orders: `stack` in the index's, and the other order's plans only
+    for the queries (`differs`) whose candidates exact ties reorder (`alternate`)."""
+
+    stack: PlanStack
+    differs: np.ndarray
+    alternate: PlanStack
+
+
+def stack_both_orders(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan]) -> BothOrders:
+    """Stack `plans` and, of `alternates` (the same queries in the other tie order), those that are not the very
+    same plan object (`scoring.plan_queries` shares one plan when both orders' candidates agree)."""
+    differs = np.array([q for q, (plan, other) in enumerate(zip(plans, alternates)) if other is not plan], np.int64)
+    return BothOrders(stack_plans(plans), differs, stack_plans([alternates[q] for q in differs.tolist()]))
+
+
+def tie_order_changes(both: BothOrders, settings: SettingsBatch, limit: int, found: np.ndarray) -> np.ndarray:
+    """(settings, queries) bool: whether some expected key's position differs in the other tie order.
+
+    `found` is `stacked_positions(both.stack, settings, limit)`; only the queries in `both.differs` can differ.
+    """
+    changed = np.zeros((len(settings), len(both.stack.plans)), dtype=bool)
+    if len(both.differs):
+        other = stacked_positions(both.alternate, settings, limit)
+        changed[:, both.differs] = (other != found[:, both.differs, : other.shape[2]]).any(axis=2)
+    return changed
+
+
 def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int, positions: np.ndarray,
                             delay_days: float) -> np.ndarray:
     """(settings,) bool: whether some expected key's position differs in the same search `delay_days` later.
