@@ -237,6 +237,21 @@ def test_tie_sensitive_counts_a_memory_a_later_search_would_rank_lower():
     assert _memory_lead_case(1 / 24) == ([[1], [1]], [False, False])
 
 
+@hsettings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
+    st.just(limit), st.lists(query_case(limit), min_size=1, max_size=8), knob_lists())))
+def test_aged_memories_stacked_equal_the_reference(case):
+    """Every memory older than 0 days: the blend changes scores, and every query's blended settings go through
+    the stacked (floor, rrf_k, half-life) ranking instead of one query at a time."""
+    limit, queries, knobs = case
+    queries = [(cands, np.abs(ages) + 0.5, groups) for cands, ages, groups in queries]
+    plans = [plan_query(cands, groups, ages) for cands, ages, groups in queries]
+    found = stacked_positions(stack_plans(plans), SettingsBatch.from_knobs(knobs), limit)
+    for s, k in enumerate(knobs):
+        for q, (cands, ages, groups) in enumerate(queries):
+            assert found[s, q, : len(groups)].tolist() == positions_from_reference(cands, k, limit, ages, groups)
+
+
 @hsettings(max_examples=200, deadline=None)
 @given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
     st.just(limit), st.lists(st.tuples(query_case(limit), query_case(limit), st.booleans()), min_size=1, max_size=5),

@@ -230,6 +230,7 @@ class PlanStack:
     v_pos: np.ndarray  # (rows, items): the V positions of the row's query's items, 0 when not in V
     l_pos: np.ndarray  # (rows, items): likewise in L
     decayed: np.ndarray  # (rows, items): a memory the blend decays (`recency.decays`)
+    age_days: np.ndarray  # (rows, items): the item's age (NaN for documents and padding)
     item: np.ndarray  # (rows,) the target's column
     query: np.ndarray  # (rows,) the target's query
     v_similarity: np.ndarray  # (queries, longest V): V's similarities, NaN after the end (no floor keeps it)
@@ -245,7 +246,7 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
     items = max((len(p.v_pos) for p in plans), default=0)
     longest_v = max((len(p.v_similarity) for p in plans), default=0)
     width = max((len(p.groups) for p in plans), default=1)
-    v_pos, l_pos, decayed, item, query = [], [], [], [], []
+    v_pos, l_pos, decayed, age_days, item, query = [], [], [], [], [], []
     member_rows, key_starts, key_slots = [], [], []
     v_similarity = np.full((len(plans), longest_v), np.nan)
     for q, plan in enumerate(plans):
@@ -258,6 +259,7 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
             v_pos.append(np.pad(plan.v_pos, (0, items - len(plan.v_pos))))
             l_pos.append(np.pad(plan.l_pos, (0, items - len(plan.l_pos))))
             decayed.append(np.pad(plan.decayed, (0, items - len(plan.decayed))))
+            age_days.append(np.pad(plan.age_days, (0, items - len(plan.age_days)), constant_values=np.nan))
             item.append(t)
             query.append(q)
         for g, group in enumerate(plan.groups):
@@ -268,7 +270,8 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
     shape = (len(item), items)
     aged = np.array([(p.age_days[p.decayed] > 0).any() for p in plans], bool)
     return PlanStack(tuple(plans), np.array(v_pos, np.int64).reshape(shape), np.array(l_pos, np.int64).reshape(shape),
-                     np.array(decayed, bool).reshape(shape), np.array(item, np.int64), np.array(query, np.int64),
+                     np.array(decayed, bool).reshape(shape), np.array(age_days, np.float64).reshape(shape),
+                     np.array(item, np.int64), np.array(query, np.int64),
                      v_similarity, aged, np.array(member_rows, np.int64), np.array(key_starts, np.int64),
                      np.array(key_slots, np.int64), width)
 
@@ -373,12 +376,70 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     out = found[code_of.ravel()].reshape(len(settings), n_queries, stack.width)
     blended = np.flatnonzero(blend)
     if len(blended) and stack.aged.any():
-        blended_settings = settings[blended]
-        for q in np.flatnonzero(stack.aged).tolist():
-            plan = stack.plans[q]
-            if plan.expected_in_candidates:
-                out[blended, q, : len(plan.groups)] = expected_positions(plan, blended_settings, limit)
+        aged = np.flatnonzero(stack.aged)
+        out[np.ix_(blended, aged)] = _blended_positions(stack, settings[blended], limit)[:, aged]
     return out
+
+
+def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
+    """(settings, queries, width) positions of the aged queries under settings that all blend (others left 0).
+
+    Every distinct (floor, rrf_k, half-life) is ranked once over the aged queries' targets at once, each
+    target against every item of its query: in the order (blended score descending, undecayed first, fused
+    position ascending), blended = fused score x `recency_factor`, as `recency_blend` computes it.
+    """
+    floors, floor_index = np.unique(settings.floor, return_inverse=True)
+    ks, hs = settings.distinct_rrf_k, settings.distinct_half_life
+    n_ks, n_hs = len(ks), len(hs)
+    codes, code_of = np.unique((floor_index * n_ks + settings.k_index) * n_hs + settings.h_index,
+                               return_inverse=True)
+    rows = np.flatnonzero(stack.aged[stack.query])
+    v, l, decayed, query = stack.v_pos[rows], stack.l_pos[rows], stack.decayed[rows], stack.query[rows]
+    each, item = np.arange(len(rows)), stack.item[rows]
+    factors = _blend_factors(stack.age_days[rows], decayed, hs)  # (rows, items, half-lives)
+    positions = max(v.max(initial=0), l.max(initial=0)) + 1
+    reciprocal = 1.0 / (np.arange(positions)[:, None] + ks.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
+    reciprocal[0] = 0.0  # not in the list: no term
+    target_decayed = decayed[each, item][:, None]
+    rank = np.zeros((len(codes), len(stack.item)), np.int64)
+    for f in np.unique(codes // (n_ks * n_hs)).tolist():
+        kept = (stack.v_similarity >= floors[f]).sum(axis=-1)[query]
+        in_v = (v > 0) & (v <= kept[:, None])
+        present = in_v | (l > 0)
+        fused = reciprocal[np.where(in_v, v, 0)] + reciprocal[l]  # (rows, items, rrf_k values)
+        insertion = np.where(in_v, v, v.shape[1] + 1 + l)  # V first, then lexical-only
+        target_fused = fused[each, item][:, None, :]
+        before = (fused > target_fused) | ((fused == target_fused)
+                                           & (insertion < insertion[each, item][:, None])[:, :, None])
+        wins_tie = (decayed < target_decayed)[:, :, None] | ((decayed == target_decayed)[:, :, None] & before)
+        others = present.copy()
+        others[each, item] = False  # the target itself
+        in_floor = np.flatnonzero(codes // (n_ks * n_hs) == f)
+        step = max(1, (1 << 21) // max(1, v.size))  # bounded work arrays
+        for start in range(0, len(in_floor), step):
+            part = in_floor[start:start + step]
+            k_of, h_of = (codes[part] // n_hs) % n_ks, codes[part] % n_hs
+            score = fused[:, :, k_of] * factors[:, :, h_of]  # (rows, items, part)
+            target = score[each, item][:, None, :]
+            ahead = others[:, :, None] & ((score > target) | ((score == target) & wins_tie[:, :, k_of]))
+            rank[np.ix_(part, rows)] = np.where(present[each, item][:, None], ahead.sum(axis=1) + 1, 0).T
+    rank[rank > limit] = 0
+    found = np.zeros((len(codes), len(stack.plans) * stack.width), np.int64)
+    if len(stack.key_starts):
+        member = rank[:, stack.member_rows]
+        found[:, stack.key_slots] = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts,
+                                                        axis=1) % _ABSENT
+    return found[code_of.ravel()].reshape(len(settings), len(stack.plans), stack.width)
+
+
+def _blend_factors(age_days: np.ndarray, decayed: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
+    """(..., half-lives) `recency_factor` of each decayed item (1 for the others), one call per distinct age."""
+    factors = np.ones((*age_days.shape, len(half_lives)))
+    ages, which = np.unique(age_days[decayed], return_inverse=True)
+    table = np.array([[recency_factor(a, h) for h in half_lives.tolist()] for a in ages.tolist()])
+    if len(ages):
+        factors[decayed] = table[which.ravel()]
+    return factors
 
 
 @dataclass(frozen=True)
