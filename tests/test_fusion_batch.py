@@ -12,8 +12,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
-                                  reciprocal_rank_fusion, similarity_floor, stack_both_orders, stack_plans,
-                                  stacked_positions, tie_order_changes)
+                                  later_search_changes, reciprocal_rank_fusion, similarity_floor, stack_both_orders,
+                                  stack_plans, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.fusion import fuse
@@ -258,7 +258,8 @@ def test_aged_memories_stacked_equal_the_reference(case):
     knob_lists())))
 def test_one_stack_for_both_tie_orders_equals_two(case):
     """Stacking the other tie order only where its plan is another object flags the same (setting, query) pairs
-    as stacking and ranking every query in both orders."""
+    as stacking and ranking every query in both orders; the stacked later search flags what
+    `delay_changes_positions` does query by query."""
     limit, pairs, knobs = case
     plans, alternates = [], []
     for (cands, ages, groups), (other_cands, other_ages, _), same in pairs:
@@ -271,6 +272,9 @@ def test_one_stack_for_both_tie_orders_equals_two(case):
     assert np.array_equal(stacked_positions(both.stack, batch, limit), found)
     expected = (stacked_positions(stack_plans(alternates), batch, limit) != found).any(axis=2)
     assert np.array_equal(tie_order_changes(both, batch, limit, found), expected)
+    later = np.stack([delay_changes_positions(plan, batch, limit, found[:, q, : len(plan.groups)], SEARCH_DELAY_DAYS)
+                      for q, plan in enumerate(plans)], axis=1)
+    assert np.array_equal(later_search_changes(both, batch, limit, found), later)
 
 
 @hsettings(max_examples=400, deadline=None)

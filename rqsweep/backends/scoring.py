@@ -11,12 +11,11 @@ from typing import Callable, Sequence
 import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
-from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, delay_changes_positions, plan_query,
+from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, later_search_changes, plan_query,
                                   stack_both_orders, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
-from rqsweep.engine.recency import SEARCH_DELAY_DAYS
 from rqsweep.scope import Scope
 
 _PREPARE_LOG_SECONDS = 5.0
@@ -61,9 +60,7 @@ def score_plans(both: BothOrders, batch: SettingsBatch, limit: int) -> Positions
     Small integer types: results travel back from worker processes, and limit <= 100.
     """
     found = stacked_positions(both.stack, batch, limit)
-    tie = tie_order_changes(both, batch, limit, found)
-    for q, plan in enumerate(both.stack.plans):
-        tie[:, q] |= delay_changes_positions(plan, batch, limit, found[:, q, : len(plan.groups)], SEARCH_DELAY_DAYS)
+    tie = tie_order_changes(both, batch, limit, found) | later_search_changes(both, batch, limit, found)
     return found.astype(np.int16), tie
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from rqsweep.engine.channels import Candidates
-from rqsweep.engine.recency import decays, recency_factor
+from rqsweep.engine.recency import SEARCH_DELAY_DAYS, decays, recency_factor
 from rqsweep.knobs import Knobs, blends
 
 _BLOCK = 512  # settings per block: keeps the (settings x items) work arrays in cache
@@ -384,79 +384,84 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
 def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
     """(settings, queries, width) positions of the aged queries under settings that all blend (others left 0).
 
-    Every distinct (floor, rrf_k, half-life) is ranked once over the aged queries' targets at once, each
-    target against every item of its query: in the order (blended score descending, undecayed first, fused
-    position ascending), blended = fused score x `recency_factor`, as `recency_blend` computes it.
+    Each target is ranked against every item of its query in the order (blended score descending, undecayed
+    first, fused position ascending), blended = fused score x `recency_factor`, as `recency_blend` computes
+    it: once per distinct (rrf_k, half-life) and per distinct V prefix its query keeps (floors that keep the
+    same prefix rank alike), all aged queries' targets at once.
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
     ks, hs = settings.distinct_rrf_k, settings.distinct_half_life
-    n_ks, n_hs = len(ks), len(hs)
-    codes, code_of = np.unique((floor_index * n_ks + settings.k_index) * n_hs + settings.h_index,
-                               return_inverse=True)
+    pairs, pair_of = np.unique(settings.k_index * len(hs) + settings.h_index, return_inverse=True)
     rows = np.flatnonzero(stack.aged[stack.query])
-    v, l, decayed, query = stack.v_pos[rows], stack.l_pos[rows], stack.decayed[rows], stack.query[rows]
-    each, item = np.arange(len(rows)), stack.item[rows]
-    factors = _blend_factors(stack.age_days[rows], decayed, hs)  # (rows, items, half-lives)
+    kept = (stack.v_similarity[None] >= floors[:, None, None]).sum(axis=-1)[:, stack.query[rows]]  # (floors, rows)
+    # A unit is a target row with one prefix its query keeps under some floor.
+    units, unit_of = np.unique(np.arange(len(rows)) * (stack.v_pos.shape[1] + 1) + kept, return_inverse=True)
+    unit_of = unit_of.reshape(kept.shape)
+    unit_row, unit_kept = rows[units // (stack.v_pos.shape[1] + 1)], units % (stack.v_pos.shape[1] + 1)
+    v, l, decayed = stack.v_pos[unit_row], stack.l_pos[unit_row], stack.decayed[unit_row]
+    each, item = np.arange(len(units)), stack.item[unit_row]
+    factors = _blend_factors(stack.age_days[unit_row], decayed, hs)  # (half-lives, units, items)
     positions = max(v.max(initial=0), l.max(initial=0)) + 1
-    reciprocal = 1.0 / (np.arange(positions)[:, None] + ks.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
-    reciprocal[0] = 0.0  # not in the list: no term
-    target_decayed = decayed[each, item][:, None]
-    rank = np.zeros((len(codes), len(stack.item)), np.int64)
-    for f in np.unique(codes // (n_ks * n_hs)).tolist():
-        kept = (stack.v_similarity >= floors[f]).sum(axis=-1)[query]
-        in_v = (v > 0) & (v <= kept[:, None])
-        present = in_v | (l > 0)
-        fused = reciprocal[np.where(in_v, v, 0)] + reciprocal[l]  # (rows, items, rrf_k values)
-        insertion = np.where(in_v, v, v.shape[1] + 1 + l)  # V first, then lexical-only
-        target_fused = fused[each, item][:, None, :]
-        before = (fused > target_fused) | ((fused == target_fused)
-                                           & (insertion < insertion[each, item][:, None])[:, :, None])
-        wins_tie = (decayed < target_decayed)[:, :, None] | ((decayed == target_decayed)[:, :, None] & before)
-        others = present.copy()
-        others[each, item] = False  # the target itself
-        in_floor = np.flatnonzero(codes // (n_ks * n_hs) == f)
-        step = max(1, (1 << 21) // max(1, v.size))  # bounded work arrays
-        for start in range(0, len(in_floor), step):
-            part = in_floor[start:start + step]
-            k_of, h_of = (codes[part] // n_hs) % n_ks, codes[part] % n_hs
-            score = fused[:, :, k_of] * factors[:, :, h_of]  # (rows, items, part)
-            target = score[each, item][:, None, :]
-            ahead = others[:, :, None] & ((score > target) | ((score == target) & wins_tie[:, :, k_of]))
-            rank[np.ix_(part, rows)] = np.where(present[each, item][:, None], ahead.sum(axis=1) + 1, 0).T
-    rank[rank > limit] = 0
-    found = np.zeros((len(codes), len(stack.plans) * stack.width), np.int64)
+    reciprocal = 1.0 / (ks.astype(np.float64)[:, None] + np.arange(positions)[None, :])  # 1/(rrf_k + r), as SOAT
+    reciprocal[:, 0] = 0.0  # not in the list: no term
+    in_v = (v > 0) & (v <= unit_kept[:, None])
+    present = in_v | (l > 0)
+    fused = reciprocal[:, np.where(in_v, v, 0)] + reciprocal[:, l]  # (rrf_k values, units, items)
+    insertion = np.where(in_v, v, v.shape[1] + 1 + l)  # V first, then lexical-only
+    target_fused, target_decayed = fused[:, each, item][:, :, None], decayed[each, item][:, None]
+    before = (fused > target_fused) | ((fused == target_fused) & (insertion < insertion[each, item][:, None]))
+    wins_tie = (decayed < target_decayed) | ((decayed == target_decayed) & before)
+    others = present.copy()
+    others[each, item] = False  # the target itself
+    target_present = present[each, item]
+    unit_rank = np.zeros((len(pairs), len(units)), np.int64)
+    step = max(1, (1 << 21) // max(1, v.size))  # bounded work arrays
+    for start in range(0, len(pairs), step):
+        part = pairs[start:start + step]
+        k_of, h_of = part // len(hs), part % len(hs)
+        score = fused[k_of] * factors[h_of]  # (part, units, items)
+        target = score[:, each, item][:, :, None]
+        ahead = others & ((score > target) | ((score == target) & wins_tie[k_of]))
+        unit_rank[start:start + step] = np.where(target_present, ahead.sum(axis=2) + 1, 0)
+    unit_rank[unit_rank > limit] = 0
+    rank = np.zeros((len(settings), len(stack.item)), np.int64)
+    rank[:, rows] = unit_rank[pair_of.ravel()[:, None], unit_of[floor_index.ravel()]]
+    found = np.zeros((len(settings), len(stack.plans) * stack.width), np.int64)
     if len(stack.key_starts):
         member = rank[:, stack.member_rows]
         found[:, stack.key_slots] = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts,
                                                         axis=1) % _ABSENT
-    return found[code_of.ravel()].reshape(len(settings), len(stack.plans), stack.width)
+    return found.reshape(len(settings), len(stack.plans), stack.width)
 
 
 def _blend_factors(age_days: np.ndarray, decayed: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
-    """(..., half-lives) `recency_factor` of each decayed item (1 for the others), one call per distinct age."""
-    factors = np.ones((*age_days.shape, len(half_lives)))
+    """(half-lives, ...) `recency_factor` of each decayed item (1 for the others), one call per distinct age."""
+    factors = np.ones((len(half_lives), *age_days.shape))
     ages, which = np.unique(age_days[decayed], return_inverse=True)
-    table = np.array([[recency_factor(a, h) for h in half_lives.tolist()] for a in ages.tolist()])
+    table = np.array([[recency_factor(a, h) for a in ages.tolist()] for h in half_lives.tolist()])
     if len(ages):
-        factors[decayed] = table[which.ravel()]
+        factors[:, decayed] = table[:, which.ravel()]
     return factors
 
 
 @dataclass(frozen=True)
 class BothOrders:
-    """Queries' plans stacked once for both tie orders: `stack` in the index's, and the other order's plans only
-    for the queries (`differs`) whose candidates exact ties reorder (`alternate`)."""
+    """Queries' plans stacked once for both tie orders and the later search: `stack` in the index's tie order,
+    the other order's plans only for the queries (`differs`) whose candidates exact ties reorder (`alternate`),
+    and the same plans searched `SEARCH_DELAY_DAYS` later (`later`)."""
 
     stack: PlanStack
     differs: np.ndarray
     alternate: PlanStack
+    later: PlanStack
 
 
 def stack_both_orders(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan]) -> BothOrders:
     """Stack `plans` and, of `alternates` (the same queries in the other tie order), those that are not the very
     same plan object (`scoring.plan_queries` shares one plan when both orders' candidates agree)."""
     differs = np.array([q for q, (plan, other) in enumerate(zip(plans, alternates)) if other is not plan], np.int64)
-    return BothOrders(stack_plans(plans), differs, stack_plans([alternates[q] for q in differs.tolist()]))
+    return BothOrders(stack_plans(plans), differs, stack_plans([alternates[q] for q in differs.tolist()]),
+                      stack_plans([plan.searched_later(SEARCH_DELAY_DAYS) for plan in plans]))
 
 
 def tie_order_changes(both: BothOrders, settings: SettingsBatch, limit: int, found: np.ndarray) -> np.ndarray:
@@ -468,6 +473,19 @@ def tie_order_changes(both: BothOrders, settings: SettingsBatch, limit: int, fou
     if len(both.differs):
         other = stacked_positions(both.alternate, settings, limit)
         changed[:, both.differs] = (other != found[:, both.differs, : other.shape[2]]).any(axis=2)
+    return changed
+
+
+def later_search_changes(both: BothOrders, settings: SettingsBatch, limit: int, found: np.ndarray) -> np.ndarray:
+    """(settings, queries) bool: `delay_changes_positions` at `SEARCH_DELAY_DAYS` of every query at once.
+
+    `found` is `stacked_positions(both.stack, settings, limit)`. Only settings with the blend on can change.
+    """
+    changed = np.zeros((len(settings), len(both.stack.plans)), dtype=bool)
+    blended = np.flatnonzero(blends(settings.half_life))
+    if len(blended):
+        later = stacked_positions(both.later, settings[blended], limit)
+        changed[blended] = (later != found[blended]).any(axis=2)
     return changed
 
 
