@@ -131,3 +131,11 @@ def test_a_damaged_gate_file_exits_2_naming_the_slice_and_metric(tmp_path, previ
     assert main(["gate", str(previous), "--gate-file", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}: slices.freshness.mrr: nan: expected a number from 0 to 1" in err and "Traceback" not in err
+
+
+def test_help_lists_every_subcommand(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("report", "explain", "export", "sweeps", "gate", "serve", "worker", "collect"):
+        assert f"rqsweep {command} " in out, command

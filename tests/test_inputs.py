@@ -40,6 +40,8 @@ def error_of(config: Path) -> InputError:
     ({"metrics": "mrr"}, "metrics", "'mrr': expected list"),
     ({"constraints": [{"metric": "mrr", "slice": "*"}]}, "constraints[0]", "exactly one of"),
     ({"constraints": [{"metric": "mrr", "slice": "nope", "min": 0.1}]}, "constraints[0].slice", "'nope': no such slice"),
+    ({"objective": {"metric": "mrr", "slice": "nope"}}, "objective.slice",
+     "'nope': no such slice in golden.yaml (slices: document, entity, exact_token, freshness, or overall)"),
     ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"values": [60, -1]}}}}, "sweep.knobs.rrf_k.values[1]",
      "-1: must be an integer >= 1"),
     ({"sweep": {"strategy": "grid", "knobs": {"min_similarity": {"low": 0.1, "high": 0.5}}}},
