@@ -92,8 +92,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rqsweep", parents=[_gate_options()],
         description="Sweep SOAT's knowledge-search knobs over a golden set and write a Parquet grid and a report.",
-        epilog="Other commands: `rqsweep report RUN_DIR`, `rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR]`, `rqsweep explain "
-               "RUN_DIR QUERY_ID`, `rqsweep export RUN_DIR`, `rqsweep sweeps` (--help on each).")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="other commands (--help on each):\n" + "\n".join(f"  rqsweep {name} {args}\n      {what}"
+                                                                 for name, (_, args, what) in COMMANDS.items()))
     p.add_argument("config", type=Path, help="job config (YAML), e.g. configs/handbook.yaml")
     p.add_argument("--workers", type=_workers, help="parallel workers, >= 1 or -1 for every core "
                                                      "(overrides the config's `workers`)")
@@ -355,15 +356,25 @@ def _serve(argv: list[str]) -> int:
     return serve.main(argv)
 
 
+# Each subcommand: what runs it, its arguments and what it does, as the run command's --help lists them.
+COMMANDS = {
+    "report": (_report, "RUN_DIR", "rebuild report.md and report.html from the run's Parquet files"),
+    "gate": (_gate, "RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]]", "the nightly gate on finished runs (docs/nightly.md)"),
+    "explain": (_explain, "RUN_DIR QUERY_ID [--setting ID]", "both ranked lists of a query, and what moved it"),
+    "export": (_export, "RUN_DIR [--setting best|baseline|ID] [--format trec]", "a setting's lists as a TREC run"),
+    "sweeps": (_sweeps, "[CONFIG]", "the named sweeps a config can use"),
+    "worker": (_worker, "CONFIG --storage URL --study NAME", "join a running optimise study"),
+    "collect": (_collect, "RUN_DIR [--storage URL]", "write an optimise run's results from its study"),
+    "serve": (_serve, "CONFIG [--port N] [--preload IDS]", "SOAT's HTTP API over the embedded engine"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: `rqsweep CONFIG ...` runs a sweep; `rqsweep report|explain|gate ...` work on finished run folders;
     `rqsweep serve CONFIG` serves the embedded engine over SOAT's HTTP API."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # A run keeps its original form `rqsweep CONFIG`, so commands are told apart by their first word.
-    commands = {"report": _report, "explain": _explain, "export": _export, "sweeps": _sweeps, "gate": _gate,
-                "serve": _serve,
-                "worker": _worker, "collect": _collect}
-    command, argv = (commands[argv[0]], argv[1:]) if argv and argv[0] in commands else (_run, argv)
+    command, argv = (COMMANDS[argv[0]][0], argv[1:]) if argv and argv[0] in COMMANDS else (_run, argv)
     try:
         return command(argv)
     except RqsweepError as exc:

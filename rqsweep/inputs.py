@@ -100,5 +100,7 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
                              f"(slices: {', '.join(golden.slices)})")
     _check_local_models(config)
     if config.objective.slice not in slices - {"*"}:
-        raise InputError(config.path, "objective.slice", f"{shown(config.objective.slice)}: no such slice")
+        raise InputError(config.path, "objective.slice",
+                         f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "
+                         f"(slices: {', '.join(golden.slices)}, or {OVERALL})")
     return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)
