@@ -359,7 +359,8 @@ def _serve(argv: list[str]) -> int:
 # Each subcommand: what runs it, its arguments and what it does, as the run command's --help lists them.
 COMMANDS = {
     "report": (_report, "RUN_DIR", "rebuild report.md and report.html from the run's Parquet files"),
-    "gate": (_gate, "RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]]", "the nightly gate on finished runs (docs/nightly.md)"),
+    "gate": (_gate, "RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]]",
+             "the nightly gate on finished runs (docs/nightly.md)"),
     "explain": (_explain, "RUN_DIR QUERY_ID [--setting ID]", "both ranked lists of a query, and what moved it"),
     "export": (_export, "RUN_DIR [--setting best|baseline|ID] [--format trec]", "a setting's lists as a TREC run"),
     "sweeps": (_sweeps, "[CONFIG]", "the named sweeps a config can use"),
