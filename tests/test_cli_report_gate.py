@@ -117,7 +117,7 @@ def test_run_without_a_feasible_setting_still_names_the_report(tmp_path, sweep_w
 
 
 def test_dry_run_makes_no_search(monkeypatch, capsys):
-    monkeypatch.setattr(job, "dry_run", lambda config: f"would sweep {config}")
+    monkeypatch.setattr(job, "dry_run", lambda config, **_: f"would sweep {config}")
     monkeypatch.setattr(job, "run", lambda *_, **__: pytest.fail("a dry run must not search"))
     assert main(["config.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"
@@ -139,3 +139,25 @@ def test_help_lists_every_subcommand(capsys):
     out = capsys.readouterr().out
     for command in ("report", "explain", "export", "sweeps", "gate", "serve", "worker", "collect"):
         assert f"rqsweep {command} " in out, command
+
+
+OPTIMISE = {"strategy": "optimize", "knobs": {"rrf_k": {"values": [1, 5, 60]}},
+            "optimize": {"sampler": "random", "n_trials": 2, "seed": 1}}
+
+
+def test_a_storage_url_rqsweep_cannot_use_is_refused_before_any_work(tmp_path, capsys):
+    from tests.minijob import write_job
+
+    config = write_job(tmp_path / "job", OPTIMISE)
+    url = "mysql://admin:s3cret-pw@db.example/studies"
+    for args in (["--dry-run"], ["--output-dir", str(tmp_path / "out")]):
+        assert main([str(config), *args, "--storage", url]) == 2
+        err = capsys.readouterr().err
+        assert "--storage: 'mysql://admin:***@db.example/studies': must be sqlite:///FILE or " in err
+        assert "s3cret-pw" not in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before a run folder was made
+    assert main([str(config), "--dry-run", "--storage", f"sqlite:///{tmp_path / 'study.db'}"]) == 0
+    assert "storage: sqlite:///" in capsys.readouterr().out
+    (tmp_path / "bad.yaml").write_text(config.read_text().replace("seed: 1", "seed: 1\n    storage: mysql://h/db"))
+    assert main([str(tmp_path / "bad.yaml"), "--dry-run"]) == 2
+    assert "sweep.optimize.storage: 'mysql://h/db': must be sqlite:///FILE or " in capsys.readouterr().err
