@@ -253,7 +253,7 @@ def _run(argv: list[str]) -> int:
     from rqsweep import gate, job
 
     if args.dry_run:
-        print(job.dry_run(args.config))
+        print(job.dry_run(args.config, n_trials=args.n_trials, storage=args.storage))
         return 0
     # A missing reference should stop the job before an hour of searching, not after it.
     if args.compare is not None:

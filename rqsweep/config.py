@@ -17,6 +17,7 @@ from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 from rqsweep.knobs import CHECKS, KNOBS, OFF, RRF_K, KnobError, Knobs
 from rqsweep.scope import Scope
+from rqsweep.scrub import redact_url
 
 SAMPLERS = ("tpe", "gp", "random", "nsga2")
 # Enumerating a million settings takes about 3 s; the per-query table then holds settings x queries
@@ -547,8 +548,7 @@ def _sweep(value: object, config: Path) -> SweepConfig:
         timeout=opt.get("timeout", (int, float), None, lambda v: v > 0, "must be > 0 seconds"),
         warm_start=opt.get("warm_start", int, 0, lambda v: v >= 0, "must be >= 0 (0 = no warm start)"),
         batch_size=opt.get("batch_size", int, 8, lambda v: v >= 1, "must be >= 1"),
-        storage=opt.get("storage", str, None, lambda v: "://" in v, "must be a URL: sqlite:///FILE or "
-                        "postgresql://USER@HOST/DB"),
+        storage=_storage(opt, file),
         source=source,
     )
 
@@ -591,6 +591,25 @@ def _metric_names(top: Section) -> tuple[str, ...] | None:
         if not isinstance(name, str):
             raise InputError(top.file, f"metrics[{i}]", f"{shown(name)}: expected a metric name")
     return tuple(dict.fromkeys(names))
+
+
+# The study storages rqsweep ships a driver for (Python's sqlite3, psycopg 3).
+STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
+
+
+def storage_url_problem(url: str) -> str | None:
+    """Why rqsweep cannot use `url` as a study storage (its password masked), or None when it can."""
+    if url.startswith(STORAGE_SCHEMES):
+        return None
+    return f"{shown(redact_url(url))}: must be sqlite:///FILE or postgresql://USER@HOST/DB"
+
+
+def _storage(opt: Section, file: Path) -> str | None:
+    url = opt.get("storage", str, None)
+    problem = None if url is None else storage_url_problem(url)
+    if problem:
+        raise InputError(file, opt.where("storage"), problem)
+    return url
 
 
 def _embedded(sec: Section) -> EmbeddedConfig:

@@ -23,7 +23,7 @@ import polars as pl
 from rqsweep import __version__, metrics
 from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
-from rqsweep.config import JobConfig
+from rqsweep.config import JobConfig, storage_url_problem
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.errors import BackendError, InputError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
 from rqsweep.files import write_json, write_parquet, write_parquet_groups
@@ -44,7 +44,8 @@ from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.routing import Routing, route
 from rqsweep.space import grid
 from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
-from rqsweep.study import StudyStorage, redact_url, study_name
+from rqsweep.scrub import redact_url
+from rqsweep.study import StudyStorage, study_name
 from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
 
 
@@ -262,9 +263,10 @@ def _versions() -> dict[str, str]:
             "polars": pl.__version__, "optuna": optuna.__version__}
 
 
-def dry_run(config_path: Path) -> str:
-    """Validate the config and golden set and say what a run would do, without making any search."""
-    inputs = load_inputs(config_path, Progress(0, "dry run").log)
+def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:
+    """Validate the config and golden set (and the command line's `--n-trials` and `--storage`) and say what a
+    run would do, without making any search."""
+    inputs = with_study(load_inputs(config_path, Progress(0, "dry run").log), n_trials, storage)
     config, golden = inputs.config, inputs.golden
     sweep = config.sweep
     if sweep.strategy == "grid":
@@ -283,6 +285,8 @@ def dry_run(config_path: Path) -> str:
         *([f"embedders: {', '.join(f'{label} ({e.kind}' + (f' {e.model})' if e.model else ')') for label, e in embedders)}"
            + (" (one run each)" if len(embedders) > 1 else "")] if embedders else []),
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
+        *([f"storage: {redact_url(sweep.storage) if sweep.storage else 'a journal file in the run folder'}"]
+          if sweep.strategy == "optimize" else []),
         f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
     ]
     if config.ranked == "all":
@@ -300,6 +304,9 @@ def _setting_record(grid_frame: pl.DataFrame, knobs: Knobs, names: tuple[str, ..
 
 def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inputs:
     """The inputs with the command line's `--n-trials` and `--storage` in place of the sweep's own."""
+    problem = None if storage is None else storage_url_problem(storage)
+    if problem:
+        raise InputError("--storage", "", problem)
     changes = {k: v for k, v in (("n_trials", n_trials), ("storage", storage)) if v is not None}
     if changes:
         sweep = dataclasses.replace(inputs.config.sweep, **changes)

@@ -27,7 +27,7 @@ from rqsweep.errors import InputError
 from rqsweep.files import write_parquet, writing_in
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import KNOBS, Knobs
-from rqsweep.study import redact_url
+from rqsweep.scrub import redact_url
 
 LOCK_FILE = "run.lock"
 

@@ -19,3 +19,8 @@ def scrub_secrets(text: str, secrets: Iterable[str] = ()) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, MASK)
     return _CREDENTIAL_SHAPED.sub(lambda m: f"{m.group(1)} {MASK}" if m.group(1) else MASK, text)
+
+
+def redact_url(url: str) -> str:
+    """A URL with its password replaced (a storage URL's): what logs, run.json, reports and errors may show."""
+    return re.sub(r"(://[^:/@]+:)[^@/]*@", rf"\1{MASK}@", url)

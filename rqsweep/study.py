@@ -24,15 +24,11 @@ import optuna
 from optuna.storages.journal import BaseJournalBackend
 
 from rqsweep.errors import BackendError
+from rqsweep.scrub import redact_url
 
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 20  # a trial whose worker has been silent this long is failed and asked again
 MAX_RETRIES = 3
-
-
-def redact_url(url: str) -> str:
-    """The storage URL with its password replaced: what logs, run.json and reports may show."""
-    return re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", url)
 
 
 @contextmanager

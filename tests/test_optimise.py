@@ -14,7 +14,7 @@ import pytest
 
 from rqsweep import job
 from rqsweep.backends.embedded import EmbeddedBackend
-from rqsweep.study import redact_url
+from rqsweep.scrub import redact_url
 from tests.minijob import run_study, write_job
 
 CONTINUOUS = {"strategy": "optimize", "knobs": {
