@@ -147,3 +147,17 @@ def test_output_piped_into_head_still_ends_quietly():
     proc.stdout.close()  # `| head -n 1`
     err = proc.stderr.read()
     assert proc.wait(60) == 128 + signal.SIGPIPE and err == ""
+
+
+def test_ctrl_c_while_the_console_script_starts_up_is_no_traceback(tmp_path):
+    """The installed `rqsweep` script run as is, with a SIGINT sent (by an audit hook) while the command line's
+    modules are being imported, the moment a Ctrl-C at start-up lands in."""
+    script = Path(sys.executable).parent / "rqsweep"
+    hook = ("import os, signal, sys\n"
+            "sys.addaudithook(lambda event, args: event == 'import' and args[0] == 'argparse'"
+            " and os.kill(os.getpid(), signal.SIGINT))\n")
+    done = subprocess.run([sys.executable, "-c", hook + script.read_text(), "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert done.returncode == 128 + signal.SIGINT
+    assert done.stderr == "rqsweep: interrupted by SIGINT while starting: nothing was done\n"
