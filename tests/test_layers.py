@@ -20,7 +20,7 @@ STEPS = [
     ("rqsweep.results", "rqsweep.run_folder", "rqsweep.settings_table"),
     ("rqsweep.report", "rqsweep.gate", "rqsweep.gate_significance"),
     ("rqsweep.job", "rqsweep.embedder_sweep"),
-    ("rqsweep.cli",),
+    ("rqsweep.cli", "rqsweep.__main__"),
 ]
 
 
