@@ -161,3 +161,24 @@ def test_a_storage_url_rqsweep_cannot_use_is_refused_before_any_work(tmp_path, c
     (tmp_path / "bad.yaml").write_text(config.read_text().replace("seed: 1", "seed: 1\n    storage: mysql://h/db"))
     assert main([str(tmp_path / "bad.yaml"), "--dry-run"]) == 2
     assert "sweep.optimize.storage: 'mysql://h/db': must be sqlite:///FILE or " in capsys.readouterr().err
+
+
+def test_the_packaging_names_the_extras_the_docs_use_and_a_missing_driver_is_named(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import tomllib
+    from pathlib import Path
+
+    from tests.minijob import write_job
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert any(d.startswith("psycopg[binary]") for d in extras["postgres"])  # --storage postgresql://
+    assert any(d.startswith("duckdb") for d in extras["analytics"])  # the README's SQL over the Parquet files
+    assert "rqsweep[postgres,analytics]" in extras["test"]
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else find_spec(name, *a))
+    config = write_job(tmp_path / "job", OPTIMISE)
+    assert main([str(config), "--dry-run", "--storage", "postgresql://rq@db.example/studies"]) == 2
+    assert "--storage: 'postgresql://rq@db.example/studies': needs psycopg: pip install 'rqsweep[postgres]'" \
+        in capsys.readouterr().err
