@@ -599,9 +599,11 @@ STORAGE_SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
 
 def storage_url_problem(url: str) -> str | None:
     """Why rqsweep cannot use `url` as a study storage (its password masked), or None when it can."""
-    if url.startswith(STORAGE_SCHEMES):
-        return None
-    return f"{shown(redact_url(url))}: must be sqlite:///FILE or postgresql://USER@HOST/DB"
+    if not url.startswith(STORAGE_SCHEMES):
+        return f"{shown(redact_url(url))}: must be sqlite:///FILE or postgresql://USER@HOST/DB"
+    if url.startswith("postgres") and importlib.util.find_spec("psycopg") is None:
+        return f"{shown(redact_url(url))}: needs psycopg: pip install 'rqsweep[postgres]'"
+    return None
 
 
 def _storage(opt: Section, file: Path) -> str | None:
