@@ -29,7 +29,7 @@ from rqsweep.progress import Progress
 from rqsweep.constraints import Robust
 from rqsweep.report.embedders import EmbedderSweep, blocks
 from rqsweep.report.render import Heading, Paragraph, to_html, to_markdown
-from rqsweep.results import holding, load_run_json, new_run_folder, redact
+from rqsweep.results import holding, load_run_json, redact, run_folder_of
 
 EMBEDDERS_FOLDER = "embedders"
 
@@ -53,16 +53,7 @@ def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, work
         raise InputError(config.path, "sweep.storage", "a sweep over several embedders keeps each embedder's study in "
                          "its own run folder: a shared study storage takes one embedder per config")
     now = now or datetime.now(timezone.utc)
-    if resume is not None:
-        previous = load_run_json(resume)
-        if previous.get("inputs_sha256") != inputs.sha256:
-            raise InputError(resume / "run.json", "inputs_sha256",
-                             f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
-                             "the config, sweep, corpus or golden set changed since this run started")
-        run_id, run_dir = previous["run_id"], resume
-    else:
-        run_id, run_dir = new_run_folder((output_dir or config.output_dir) / config.name, config.sha256,
-                                         inputs.golden.sha256, now)
+    run_id, run_dir, _ = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
     labels = [label for label, _ in config.backend.embedders]
     info = {"run_id": run_id, "name": config.name, "status": "running", "started_at": now.isoformat(),
             "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),

@@ -34,7 +34,7 @@ from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.summary import summarise
 from rqsweep.results import (
-    LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, new_run_folder,
+    LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, run_folder_of,
     knobs_of, query_table, redact, setting_knobs,
 )
 from rqsweep.settings_table import settings_table
@@ -343,18 +343,11 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
     progress.label = config.name
     now = now or datetime.now(timezone.utc)
     started_at = now.isoformat()
-    if resume is not None:
-        previous = load_run_json(resume)
-        if previous.get("inputs_sha256") != inputs.sha256:
-            raise InputError(resume / "run.json", "inputs_sha256",
-                             f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
-                             "the config, sweep, corpus or golden set changed since this run started")
-        run_dir, run_id, started_at = resume, previous["run_id"], previous.get("started_at", started_at)
-    elif folder is not None:
+    if folder is not None:
         run_id, run_dir = folder
     else:
-        run_id, run_dir = new_run_folder((output_dir or config.output_dir) / config.name, config.sha256,
-                                         inputs.golden.sha256, now)
+        run_id, run_dir, previous = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
+        started_at = previous.get("started_at", started_at) if previous else started_at
     info = {
         "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
         # Relative to the run folder, where `rqsweep explain` finds it again.

@@ -26,6 +26,7 @@ from rqsweep.constraints import Verdicts
 from rqsweep.errors import InputError
 from rqsweep.files import write_parquet, writing_in
 from rqsweep.golden import GoldenSet
+from rqsweep.inputs import Inputs
 from rqsweep.knobs import KNOBS, Knobs
 from rqsweep.scrub import redact_url
 
@@ -41,6 +42,19 @@ def redact(value: object) -> object:
     if isinstance(value, str):
         return redact_url(value)
     return value
+
+
+def run_folder_of(inputs: Inputs, resume: Path | None, parent: Path, now: datetime) -> tuple[str, Path, dict | None]:
+    """(run id, folder, its run.json or None) of a run: the folder `resume` names, refused when the inputs changed
+    since it started, or a new one under `parent`."""
+    if resume is None:
+        return (*new_run_folder(parent, inputs.config.sha256, inputs.golden.sha256, now), None)
+    previous = load_run_json(resume)
+    if previous.get("inputs_sha256") != inputs.sha256:
+        raise InputError(resume / "run.json", "inputs_sha256",
+                         f"{previous.get('inputs_sha256')!r} differs from the current inputs' {inputs.sha256!r}: "
+                         "the config, sweep, corpus or golden set changed since this run started")
+    return previous["run_id"], resume, previous
 
 
 def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: datetime) -> tuple[str, Path]:

@@ -76,6 +76,6 @@ def blocks(sweep: EmbedderSweep, robust: Robust) -> list[Block]:
             f"own best {label}": _row(grid, e, best_of[e], s, name) if e in best_of else None,
             f"robust {label}": _row(grid, e, robust.setting, s, name),
         } for s in slices]).with_columns(
-            (pl.col(f"robust {label}") - pl.col(f"own best {label}")).alias(f"Δ robust vs own best"))
+            (pl.col(f"robust {label}") - pl.col(f"own best {label}")).alias("Δ robust vs own best"))
         out += [Heading(f"Under {e}", 3), Table(cost)]
     return out
