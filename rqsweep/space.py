@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import optuna
@@ -35,71 +36,83 @@ def grid(sweep: SweepConfig, baseline: Knobs) -> list[Knobs]:
 
 
 def _listed(spec: KnobSpec) -> bool:
-    """Whether Optuna picks the knob from an ordered list (a `values` list or a stepped range) by position."""
+    """Whether the knob's values are listed by the config (a `values` list or a stepped range)."""
     return spec.values is not None or spec.step is not None
 
 
-def _rounded(knob: str, spec: KnobSpec, value: float) -> float:
-    """A continuous proposal rounded to the knob's precision: 2 significant digits on a log range, 1% of the
-    range otherwise, so that proposals a hair apart are one setting (evaluated once)."""
+def knob_levels(knob: str, spec: KnobSpec) -> list | None:
+    """The ordered values an optimiser picks a knob from by position, "off" first where included; None for
+    `rrf_k` over a range, which is an integer parameter.
+
+    A real range is cut to its precision: 2 significant digits on a log range, 1% of the range otherwise, so
+    that proposals a hair apart are one setting (evaluated once).
+    """
+    if _listed(spec):
+        return knob_values(knob, spec)
+    if knob == RRF_K:
+        return None
+    low, high = spec.low, spec.high
     if spec.log:
-        value = float(f"{value:.2g}")
+        decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+        inner = {float(f"{m * 10.0 ** e:.2g}") for e in decades for m in range(10, 100)}
+        values = sorted({low, high} | {v for v in inner if low < v < high})
     else:
-        unit = (spec.high - spec.low) / 100
-        value = spec.low + round((value - spec.low) / unit) * unit
-    return round(min(max(value, spec.low), spec.high), 12)
+        values = [low + i * (high - low) / 100 for i in range(101)]
+    return ([OFF[knob]] if spec.off else []) + [round(float(v), 12) for v in values]
 
 
 def suggest(trial: optuna.Trial, sweep: SweepConfig, baseline: Knobs) -> Knobs:
-    """Draw one setting from the sweep's space through Optuna's distributions, rounded to the knob's precision.
+    """Draw one setting from the sweep's space through Optuna's distributions.
 
-    A list of values (or a stepped range, "off" first when included) is an ordered integer parameter
-    `<knob>_index`, so that TPE learns which neighbourhood pays; `rrf_k` over a range is an integer; a
-    real range is a float rounded by `_rounded`, its "off" a separate categorical `<knob>_off`.
+    Every swept knob is one parameter that every trial has: an ordered integer `<knob>_index` into
+    `knob_levels` ("off" its first position), or the integer `rrf_k` over a range. A search space without
+    conditional parameters is what lets multivariate TPE model the knobs jointly (a parameter some trials
+    lack falls out of its joint model), and positions let it learn which neighbourhood pays.
     """
     values = {}
     for knob in KNOBS:
         spec = sweep.knobs.get(knob)
+        levels = None if spec is None else knob_levels(knob, spec)
         if spec is None:
             values[knob] = getattr(baseline, knob)
-        elif _listed(spec):
-            listed = knob_values(knob, spec)
-            values[knob] = listed[trial.suggest_int(f"{knob}_index", 0, len(listed) - 1)]
-        elif spec.off and trial.suggest_categorical(f"{knob}_off", [False, True]):
-            values[knob] = OFF[knob]
-        elif knob == RRF_K:
+        elif levels is None:
             values[knob] = trial.suggest_int(knob, int(spec.low), int(spec.high), log=spec.log)
         else:
-            values[knob] = _rounded(knob, spec, trial.suggest_float(knob, spec.low, spec.high, log=spec.log))
+            values[knob] = levels[trial.suggest_int(f"{knob}_index", 0, len(levels) - 1)]
     return Knobs(**values)
 
 
-def finite_space(sweep: SweepConfig, baseline: Knobs) -> list[Knobs] | None:
-    """Every setting `suggest` can return when there are finitely many (lists, steps, integers), else None."""
-    if any(not _listed(spec) and knob != RRF_K for knob, spec in sweep.knobs.items()):
-        return None
-    axes = [knob_values(k, s) if _listed(s) else range(int(s.low), int(s.high) + 1) for k, s in sweep.knobs.items()]
-    return [Knobs(**{**baseline.columns(), **dict(zip(sweep.knobs, combo))}) for combo in itertools.product(*axes)]
+def countable(sweep: SweepConfig, baseline: Knobs) -> int:
+    """How many distinct settings `suggest` can return, the baseline not counted (a search's budget at most)."""
+    size, inside = 1, True
+    for knob, spec in sweep.knobs.items():
+        levels = knob_levels(knob, spec)
+        value = getattr(baseline, knob)
+        if levels is None:
+            size *= int(spec.high) - int(spec.low) + 1
+            inside = inside and value == int(value) and spec.low <= value <= spec.high
+        else:
+            size *= len(levels)
+            inside = inside and value in levels
+    return size - inside
 
 
 def coarse_grid(sweep: SweepConfig, size: int) -> list[dict[str, object]]:
     """Optuna parameters of at most `size` settings spread evenly over the space (ends included), for a warm start.
 
-    Each swept knob gets the same number of levels, as many as `size` allows (at least 2); "off" is one of
-    them where it is included.
+    Each swept knob gets the same number of levels, as many as `size` allows (at least 2), at evenly spread
+    positions of `knob_levels` ("off", the first position, among them where it is included).
     """
     if size < 2 ** len(sweep.knobs):
         return []
     levels = int(size ** (1 / len(sweep.knobs)) + 1e-9)
     axes = []
     for knob, spec in sweep.knobs.items():
-        if _listed(spec):
-            n = len(knob_values(knob, spec))
-            axes.append([{f"{knob}_index": i} for i in sorted({round(j * (n - 1) / (levels - 1)) for j in range(levels)})])
+        listed = knob_levels(knob, spec)
+        if listed is None:
+            axes.append([{knob: p} for p in sorted({int(round(p)) for p in (
+                np.geomspace(spec.low, spec.high, levels) if spec.log else np.linspace(spec.low, spec.high, levels))})])
             continue
-        spread = levels - 1 if spec.off else levels
-        points = (np.geomspace(spec.low, spec.high, spread) if spec.log else np.linspace(spec.low, spec.high, spread))
-        points = sorted({int(round(p)) for p in points}) if knob == RRF_K else [float(p) for p in points]
-        off = {f"{knob}_off": False} if spec.off else {}
-        axes.append(([{f"{knob}_off": True}] if spec.off else []) + [{**off, knob: p} for p in points])
+        n = len(listed)
+        axes.append([{f"{knob}_index": i} for i in sorted({round(j * (n - 1) / (levels - 1)) for j in range(levels)})])
     return [dict(kv for part in combo for kv in part.items()) for combo in itertools.product(*axes)]

@@ -19,7 +19,7 @@ import optuna
 
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
-from rqsweep.space import coarse_grid, finite_space, suggest
+from rqsweep.space import coarse_grid, countable, suggest
 from rqsweep.study import StudyStorage
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
@@ -82,10 +82,9 @@ def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored
     value, constraints = scored
     for key, c in constraints:
         trial.set_constraint(key, c)
-    violated = [key for key, c in constraints if c > 0]
-    attrs = {"setting_id": knobs.id, **knobs.columns(), "repeat": repeat, "feasible": not violated,
-             "violations": violated, **extra}
-    for key, v in attrs.items():
+    # What the collector reads; the knob values are in the setting id, feasibility in the constraints (which
+    # optuna-dashboard draws), so a trial carries no more.
+    for key, v in {"setting_id": knobs.id, "repeat": repeat, **extra}.items():
         trial.set_user_attr(key, v)
     study.tell(trial, value)
 
@@ -138,8 +137,7 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
             for params in coarse_grid(sweep, min(sweep.warm_start, sweep.n_trials)):
                 study.enqueue_trial(params)
         storage.commit()
-    space = finite_space(sweep, baseline)
-    space_ids = None if space is None else {s.id for s in space}
+    space = countable(sweep, baseline)
     deadline = None if sweep.timeout is None else time.monotonic() + sweep.timeout
     stalled = 0
     progress(0)
@@ -163,8 +161,8 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
                 break
             time.sleep(storage.heartbeat_seconds)
             continue
-        if space_ids is not None and space_ids <= set(known):
-            log(f"the search space is exhausted: all {len(space_ids)} settings evaluated")
+        if len(counted) >= space:
+            log(f"the search space is exhausted: all {space} settings evaluated")
             break
         if stalled >= STALL_PROPOSALS:
             log(f"stopped after {stalled} proposals in a row of settings already evaluated")

@@ -80,9 +80,9 @@ def test_the_study_names_itself_its_objective_and_feasibility(tmp_path):
     grid = outcome.grid.filter(pl.col("slice") == "overall")
     feasible = dict(zip(grid["setting_id"], grid["feasible"]))
     for t in study.get_trials():
-        assert t.user_attrs["feasible"] == feasible[t.user_attrs["setting_id"]]
-        assert t.user_attrs["feasible"] == all(c <= 0 for c in t.constraints.values())
-        assert bool(t.user_attrs["violations"]) != t.user_attrs["feasible"]
+        assert set(t.user_attrs) == {"setting_id", "repeat", "worker"}  # what the collector needs, no more
+        assert feasible[t.user_attrs["setting_id"]] == all(c <= 0 for c in t.constraints.values())
+        assert t.constraints
 
 
 def test_extending_a_finished_study_adds_exactly_the_asked_settings(tmp_path, searched):
@@ -197,3 +197,28 @@ def test_a_journal_line_cut_by_a_kill_is_dropped_so_the_next_append_starts_its_o
     reopened.append_logs([{"op_code": 0, "n": 3}])
     reopened.commit()
     assert [log["n"] for log in BatchedJournalFile(path).read_logs(0)] == [1, 2, 3]
+
+
+def test_a_fixed_seed_gives_the_same_search_and_every_trial_has_every_knob(tmp_path, searched):
+    config = write_job(tmp_path / "job", sweep=CONTINUOUS)
+    first = job.run(config, quiet=True, output_dir=tmp_path / "a")
+    order = list(searched)
+    second = job.run(config, quiet=True, output_dir=tmp_path / "b")
+    assert searched[len(order):] == order  # the same settings, in the same order
+    assert second.best == first.best and _comparable(second.grid).equals(_comparable(first.grid))
+    trials = run_study(first.run_dir).get_trials()
+    # No conditional parameter: multivariate TPE models the three knobs jointly.
+    assert {frozenset(t.params) for t in trials} == {
+        frozenset({"rrf_k", "min_similarity_index", "recency_half_life_days_index"})}
+
+
+def test_a_real_range_is_cut_to_its_precision_with_off_first():
+    from rqsweep.config import KnobSpec
+    from rqsweep.space import knob_levels
+
+    linear = knob_levels("min_similarity", KnobSpec(low=0.0, high=0.6, off=True))
+    assert linear[0] is None and len(linear) == 102 and linear[1:4] == [0.0, 0.006, 0.012] and linear[-1] == 0.6
+    log = knob_levels("recency_half_life_days", KnobSpec(low=0.25, high=730, log=True, off=True))
+    assert log[:4] == [0.0, 0.25, 0.26, 0.27] and log[-3:] == [710.0, 720.0, 730.0]
+    assert all(float(f"{v:.2g}") == v for v in log) and log == sorted(set(log))
+    assert knob_levels("rrf_k", KnobSpec(low=1, high=500, log=True)) is None  # an integer parameter
