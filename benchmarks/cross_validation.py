@@ -27,7 +27,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from rqsweep.config import read_validation  # noqa: E402
 from rqsweep.report.tables import metric_label  # noqa: E402
-from rqsweep.run_folder import read_run_folder  # noqa: E402
+from rqsweep.runfolder import read_run_folder  # noqa: E402
 from rqsweep.validation import FoldSums, cross_validate, summary_lines  # noqa: E402
 
 

@@ -250,10 +250,10 @@ def _run(argv: list[str]) -> int:
     p = _run_parser()
     args = p.parse_args(argv)
     _check_gate_args(p, args)
-    from rqsweep import gate, job
+    from rqsweep import dry_run, gate, job
 
     if args.dry_run:
-        print(job.dry_run(args.config, n_trials=args.n_trials, storage=args.storage))
+        print(dry_run.dry_run(args.config, n_trials=args.n_trials, storage=args.storage))
         return 0
     # A missing reference should stop the job before an hour of searching, not after it.
     if args.compare is not None:

@@ -29,15 +29,15 @@ from rqsweep.progress import Progress
 from rqsweep.constraints import Robust
 from rqsweep.report.embedders import EmbedderSweep, blocks
 from rqsweep.report.render import Heading, Paragraph, to_html, to_markdown
-from rqsweep.results import holding, load_run_json, redact, run_folder_of
+from rqsweep.runfolder import GRID, HITS, QUERIES, RUN_JSON, RunRecord, holding, redact, run_folder_of
 
 EMBEDDERS_FOLDER = "embedders"
 
 
 def embedder_runs(run_dir: Path) -> dict[str, Path]:
     """Label -> run folder of each embedder of a sweep over several (empty for any other run folder)."""
-    info = load_run_json(run_dir) if (run_dir / "run.json").exists() else {}
-    return {label: run_dir / EMBEDDERS_FOLDER / label for label in info.get("embedders") or []}
+    labels = RunRecord.read(run_dir).embedders if (run_dir / RUN_JSON).exists() else None
+    return {label: run_dir / EMBEDDERS_FOLDER / label for label in labels or []}
 
 
 def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, workers: int | None,
@@ -53,7 +53,8 @@ def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, work
         raise InputError(config.path, "sweep.storage", "a sweep over several embedders keeps each embedder's study in "
                          "its own run folder: a shared study storage takes one embedder per config")
     now = now or datetime.now(timezone.utc)
-    run_id, run_dir, _ = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
+    run_dir, record = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
+    run_id = record.run_id
     labels = [label for label, _ in config.backend.embedders]
     info = {"run_id": run_id, "name": config.name, "status": "running", "started_at": now.isoformat(),
             "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
@@ -61,13 +62,13 @@ def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, work
             "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "embedders": labels,
             "baseline": config.baseline.id}
     with holding(run_dir):
-        write_json(run_dir / "run.json", info)
+        write_json(run_dir / RUN_JSON, info)
         try:
             results = {label: _run_embedder(inputs, label, run_one, progress, run_id, run_dir, workers, now)
                        for label in labels}
             return _finish(run_dir, info, inputs, results)
         except BaseException as exc:
-            write_json(run_dir / "run.json", {**info, "status": "interrupted" if isinstance(exc, KeyboardInterrupt)
+            write_json(run_dir / RUN_JSON, {**info, "status": "interrupted" if isinstance(exc, KeyboardInterrupt)
                                               else "failed"})
             if isinstance(exc, KeyboardInterrupt):
                 raise Interrupted(getattr(exc, "signal_number", signal.SIGINT), run_dir, config.path) from None
@@ -81,7 +82,7 @@ def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progr
     progress.log(f"embedder {label}: run folder {folder}")
     started = time.monotonic()
     progress = Progress(0, f"{config.name} [{label}]", quiet=progress.quiet, stream=progress.stream)
-    if (folder / "run.json").exists():
+    if (folder / RUN_JSON).exists():
         where = {"resume": folder}
     else:
         folder.mkdir(parents=True, exist_ok=True)
@@ -96,31 +97,31 @@ def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progr
 def _finish(run_dir: Path, info: dict, inputs: Inputs, results: dict[str, Path]
             ) -> tuple[Path, pl.DataFrame, str, str, str]:
     config = inputs.config
-    grids = {label: pl.read_parquet(folder / "grid.parquet") for label, folder in results.items()}
-    runs = {label: load_run_json(folder) for label, folder in results.items()}
+    grids = {label: pl.read_parquet(folder / GRID) for label, folder in results.items()}
+    runs = {label: RunRecord.read(folder) for label, folder in results.items()}
     metadata = _metadata(results, runs)
     grid = pl.concat(grids.values())
-    write_parquet(run_dir / "grid.parquet", grid, metadata)
-    write_parquet_groups(run_dir / "queries.parquet", (
+    write_parquet(run_dir / GRID, grid, metadata)
+    write_parquet_groups(run_dir / QUERIES, (
         pl.from_arrow(part) for folder in results.values()
-        for part in pq.ParquetFile(folder / "queries.parquet").iter_batches(batch_size=1 << 20)), metadata)
-    write_parquet(run_dir / "hits.parquet", pl.concat(pl.read_parquet(f / "hits.parquet") for f in results.values()),
+        for part in pq.ParquetFile(folder / QUERIES).iter_batches(batch_size=1 << 20)), metadata)
+    write_parquet(run_dir / HITS, pl.concat(pl.read_parquet(f / HITS) for f in results.values()),
                   metadata)
     objective = (config.objective.metric, config.objective.slice)
-    identities = {label: (run.get("server_profile") or {}).get("embedder", "") for label, run in runs.items()}
+    identities = {label: (run.server_profile or {}).get("embedder", "") for label, run in runs.items()}
     robust = _write_report(run_dir, config.name, info["run_id"],
                            EmbedderSweep(grid, config.baseline.id, objective, identities))
     info.update({
         "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
         "objective": {"metric": objective[0], "slice": objective[1]},
         "per_embedder": {label: {"run_folder": f"{EMBEDDERS_FOLDER}/{label}", "embedder": identities[label],
-                                 "best": (run.get("best") or {}).get("setting_id"),
-                                 "settings": run.get("settings"), "infeasible": run.get("infeasible")}
+                                 "best": (run.best or {}).get("setting_id"),
+                                 "settings": run.settings, "infeasible": run.infeasible}
                          for label, run in runs.items()},
         "robust": {"setting_id": robust.setting, "worst_objective": robust.worst,
                    "feasible_under_every_embedder": robust.feasible_everywhere},
     })
-    write_json(run_dir / "run.json", info)
+    write_json(run_dir / RUN_JSON, info)
     summary = "\n".join([*(_embedder_line(label, grids[label], info["baseline"], robust.setting, objective)
                            + f" (run folder {folder})" for label, folder in results.items()),
                          _robust_line(robust, objective)])
@@ -141,14 +142,14 @@ def _write_report(run_dir: Path, name: str, run_id: str, sweep: EmbedderSweep) -
 
 def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
     """Rebuild a finished sweep over several embedders' report.md and report.html from its files."""
-    info = load_run_json(run_dir)
-    if info.get("status") != "complete":
-        raise InputError(run_dir / "run.json", "status", f"{info.get('status')!r}: the run is not finished; finish "
+    info = RunRecord.read(run_dir)
+    if not info.complete:
+        raise InputError(run_dir / RUN_JSON, "status", f"{info.status!r}: the run is not finished; finish "
                          f"it with rqsweep CONFIG --resume {run_dir}")
-    objective = (info["objective"]["metric"], info["objective"]["slice"])
-    identities = {label: e["embedder"] for label, e in info["per_embedder"].items()}
-    _write_report(run_dir, info["name"], info["run_id"],
-                  EmbedderSweep(pl.read_parquet(run_dir / "grid.parquet"), info["baseline"], objective, identities))
+    objective = (info.objective["metric"], info.objective["slice"])
+    identities = {label: e["embedder"] for label, e in info.per_embedder.items()}
+    _write_report(run_dir, info.name, info.run_id,
+                  EmbedderSweep(pl.read_parquet(run_dir / GRID), info.baseline, objective, identities))
     return run_dir / "report.md", run_dir / "report.html"
 
 
@@ -170,11 +171,11 @@ def _robust_line(robust: Robust, objective: tuple[str, str]) -> str:
             f"{robust.setting}, worst {robust.worst:.4f}")
 
 
-def _metadata(results: dict[str, Path], runs: dict[str, dict]) -> dict[str, str]:
+def _metadata(results: dict[str, Path], runs: dict[str, RunRecord]) -> dict[str, str]:
     """The first embedder's grid metadata, with every embedder's profile by label."""
     first = next(iter(results.values()))
-    metadata = {k.decode(): v.decode() for k, v in (pq.read_schema(first / "grid.parquet").metadata or {}).items()
+    metadata = {k.decode(): v.decode() for k, v in (pq.read_schema(first / GRID).metadata or {}).items()
                 if not k.startswith(b"ARROW") and k != b"rqsweep.validation"}
-    metadata["rqsweep.server_profile"] = json.dumps({label: run.get("server_profile") for label, run in runs.items()})
+    metadata["rqsweep.server_profile"] = json.dumps({label: run.server_profile for label, run in runs.items()})
     metadata["rqsweep.embedders"] = json.dumps(list(results))
     return metadata

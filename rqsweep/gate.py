@@ -29,7 +29,7 @@ from rqsweep.files import write_text
 from rqsweep.gate_significance import METHOD, paired_rows
 from rqsweep.golden import OVERALL
 from rqsweep.report.noise import run_noise, tolerance_warnings
-from rqsweep.run_folder import RunFolder, read_run_folder
+from rqsweep.runfolder import GRID, RunFolder, read_run_folder
 
 GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
 FILE_METRICS = ("queries", *metrics.DEFAULT_METRICS)
@@ -67,7 +67,7 @@ def _rounded(value: float | None) -> float | None:
 def _snapshot(run: RunFolder) -> Snapshot:
     rows = run.slice_rows(run.chosen)
     note = "" if run.best else " (no feasible setting: the baseline)"
-    return Snapshot(f"run {run.run_id}", run.path / "grid.parquet", run.label(run.chosen) + note,
+    return Snapshot(f"run {run.run_id}", run.path / GRID, run.label(run.chosen) + note,
                     rows[OVERALL]["golden_sha256"],
                     {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices},
                     run.server_profile, run.corpus_sha256)
@@ -289,7 +289,7 @@ def write_gate_file(run_dir: Path, path: Path) -> str | None:
     """
     run = read_run_folder(run_dir)
     if run.best is None:
-        raise InputError(run_dir / "grid.parquet", "", f"no feasible setting: nothing to write into {path}")
+        raise InputError(run_dir / GRID, "", f"no feasible setting: nothing to write into {path}")
     now = _snapshot(run)
     before = read_gate_file(path) if path.exists() else None
     text = gate_file_text(now, run.run_id, run.name)

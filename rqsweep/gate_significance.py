@@ -17,7 +17,7 @@ from rqsweep.golden import OVERALL
 from rqsweep.metrics import GATED
 from rqsweep.report.significance import ALPHA, ROUNDS, holm, paired_test
 from rqsweep.report.tables import metric_label
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import RunFolder
 
 METHOD = (f"two-sided paired sign-flip permutation test per slice and metric ({ROUNDS:,} flips, seeded), "
           f"Holm-adjusted over every test, fails on an adjusted p < {ALPHA:g} with a negative mean difference")

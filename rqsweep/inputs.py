@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from rqsweep import metrics
-from rqsweep.config import JobConfig, load_config
+from rqsweep.config import JobConfig, load_config, storage_url_problem
 from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
@@ -104,3 +104,15 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
                          f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "
                          f"(slices: {', '.join(golden.slices)}, or {OVERALL})")
     return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)
+
+
+def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inputs:
+    """The inputs with the command line's `--n-trials` and `--storage` in place of the sweep's own."""
+    problem = None if storage is None else storage_url_problem(storage)
+    if problem:
+        raise InputError("--storage", "", problem)
+    changes = {k: v for k, v in (("n_trials", n_trials), ("storage", storage)) if v is not None}
+    if changes:
+        sweep = replace(inputs.config.sweep, **changes)
+        inputs = replace(inputs, config=replace(inputs.config, sweep=sweep))
+    return inputs

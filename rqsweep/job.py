@@ -1,14 +1,9 @@
 """The sweep job, wiring only: config -> golden set and corpus -> backend -> metrics -> strategy and constraints ->
-results and report."""
+the run folder and the report."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
-import os
-import platform
-import shutil
 import signal
 import tempfile
 import time
@@ -20,32 +15,33 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from rqsweep import __version__, metrics
-from rqsweep.backends import BACKENDS, OUTCOME_SCHEMA, Backend, build_backend
+from rqsweep import metrics
+from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
-from rqsweep.config import JobConfig, storage_url_problem
 from rqsweep.embedder_sweep import run_embedders
-from rqsweep.errors import BackendError, InputError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
-from rqsweep.files import write_json, write_parquet, write_parquet_groups
+from rqsweep.config import JobConfig
+from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
 from rqsweep.golden import OVERALL
-from rqsweep.inputs import Inputs, load_inputs
+from rqsweep.inputs import Inputs, load_inputs, with_study
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
-from rqsweep.report.summary import summarise
-from rqsweep.results import (
-    LOCK_FILE, LocalRunState, golden_table, grid_table, hits_table, holding, load_run_json, run_folder_of,
-    knobs_of, query_table, redact, setting_knobs,
-)
-from rqsweep.settings_table import settings_table
-from rqsweep.report.label_health import LABEL_HEALTH_FILE, run_label_health
-from rqsweep.report.routing import ROUTING_FILE, routing_record
+from rqsweep.report.label_health import run_label_health
+from rqsweep.report.routing import routing_record
 from rqsweep.report.routing import summary_lines as routing_lines
+from rqsweep.report.summary import summarise
 from rqsweep.routing import Routing, route
+from rqsweep.runfolder import QUERIES, RunRecord, RunState, holding, mark, run_folder_of
+from rqsweep.runfolder.folder import remove_if_bare
+from rqsweep.runfolder.record import setting_summary
+from rqsweep.runfolder.tables import (Stamp, golden_table, grid_table, hits_table, knobs_of, query_table,
+                                      setting_knobs, table_metadata, write_grid, write_hits, write_queries,
+                                      write_label_health, write_ranked, write_routing, write_settings)
+from rqsweep.settings_table import settings_table
 from rqsweep.space import grid
 from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
-from rqsweep.scrub import redact_url
 from rqsweep.study import StudyStorage, study_name
+from rqsweep.trials import gathered, joined_study, outcome_attrs
 from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
 
 
@@ -77,10 +73,11 @@ class Sweep:
     def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress):
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
         self.config, self.golden = inputs.config, inputs.golden
-        self.state = LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
+        self.state = RunState.of(run_dir)
+        self.stamp = Stamp.of(run_id, inputs)
         self.progress = progress
         self.baseline_id = self.config.baseline.id
-        self.embedder = _label(self.config)
+        self.query_ids = [q.id for q in self.golden.queries]
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
         self._grades = {q.id: q.grades for q in self.golden.queries} if self.golden.graded else None
         self._baseline_rows: pl.DataFrame | None = None
@@ -142,52 +139,23 @@ class Sweep:
             self.progress.total = len(settings)
             run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
-            self.optimise(StudyStorage(sweep.storage, self.run_dir), coordinator=True)
+            self.optimise(StudyStorage(sweep.storage, self.state.folder), coordinator=True)
 
     def optimise(self, storage: StudyStorage, *, coordinator: bool) -> None:
-        """Run (or join, as a worker) the study; with a shared storage, gather what every worker evaluated."""
+        """Run (or join, as a worker) the study; with a shared storage, each setting's outcome rides on its trial
+        (`rqsweep.trials`) and the coordinator records what every worker evaluated."""
         obj = self.config.objective
-        objective = StudyIdentity(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
+        identity = StudyIdentity(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
             "run_id": self.run_id, "config": self.config.name, "config_sha256": self.config.sha256,
             "golden_sha256": self.golden.sha256, "inputs_sha256": self.inputs.sha256})
         self.progress.total = self.config.sweep.n_trials
-        study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, objective, self.progress,
-                             self.progress.log, self.outcome_attrs if storage.shared else None,
-                             coordinator=coordinator)
+        annotate = (lambda knobs: outcome_attrs(self.state.rows_of([knobs.id]), self.query_ids)) if storage.shared \
+            else None
+        study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, identity, self.progress,
+                             self.progress.log, annotate, coordinator=coordinator)
         if storage.shared and coordinator:
-            self.gather(study)
-
-    def outcome_attrs(self, knobs: Knobs) -> dict:
-        """A setting's per-query positions, compactly, for a collector on another machine: `positions` in the golden
-        set's query order (null = failed search), with `errors` and `tie_sensitive` only where they say something."""
-        rows = self.state.rows_of([knobs.id])
-        by_query = {r["query_id"]: r for r in rows.iter_rows(named=True)}
-        ordered = [by_query[q.id] for q in self.golden.queries]
-        out: dict = {"positions": [r["positions"] for r in ordered]}
-        if any(r["error"] for r in ordered):
-            out["errors"] = [r["error"] for r in ordered]
-        if any(r["tie_sensitive"] is not None for r in ordered):
-            out["tie_sensitive"] = [r["tie_sensitive"] for r in ordered]
-        return out
-
-    def gather(self, study) -> None:
-        """Record in the run state every setting a worker evaluated that this run has not."""
-        finished = self.state.finished()
-        queries = [q.id for q in self.golden.queries]
-        for trial in study.get_trials(deepcopy=False):
-            attrs = trial.user_attrs
-            if trial.state.name != "COMPLETE" or attrs.get("repeat") or "positions" not in attrs:
-                continue
-            if attrs["setting_id"] in finished:
-                continue
-            knobs = Knobs.from_id(attrs["setting_id"])
-            n = len(queries)
-            self.state.record(pl.DataFrame({
-                "setting_id": [knobs.id] * n, **{k: [v] * n for k, v in knobs.columns().items()},
-                "query_id": queries, "positions": attrs["positions"],
-                "error": attrs.get("errors", [None] * n), "tie_sensitive": attrs.get("tie_sensitive", [None] * n),
-            }, schema=OUTCOME_SCHEMA))
-            finished.add(knobs.id)
+            for rows in gathered(study, self.state.finished(), self.query_ids):
+                self.state.record(rows)
 
     def finish(self, metadata: dict[str, str]) -> Finished:
         """Score the state a part at a time: stream queries.parquet, gather the slice means and the folds' sums as
@@ -211,19 +179,15 @@ class Sweep:
                 knobs.append(setting_knobs(rows))
                 if folds is not None:
                     folds.add(scored)
-                yield with_embedder(query_table(scored, golden, names, self.run_id), self.embedder)
+                yield query_table(scored, golden, names, self.stamp)
                 scoring(knobs[-1].height)
 
-        queries_path = self.run_dir / "queries.parquet"
-        write_parquet_groups(queries_path, query_chunks(), metadata)
+        queries_path = write_queries(self.run_dir, query_chunks(), metadata)
         slice_rows, settings = pl.concat(per_slice), pl.concat(knobs)
         means = SliceMeans.from_frame(slice_rows, settings["setting_id"].to_list(), self.golden.slices, names)
         verdicts = choose_best(means, self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
                                self.golden.slices)
-        stamp = {"run_id": self.run_id, "config_sha256": self.config.sha256, "golden_sha256": self.golden.sha256}
-        grid_frame = with_embedder(grid_table(slice_rows, settings, verdicts, self.baseline_id, names, stamp),
-                                   self.embedder)
-
+        grid_frame = grid_table(slice_rows, settings, verdicts, self.baseline_id, names, self.stamp)
         def rows_of(ids: list[str]) -> pl.DataFrame:
             return pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect()
 
@@ -232,86 +196,6 @@ class Sweep:
                                                        self.config.constraints)
         routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
         return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes)
-
-
-def _label(config) -> str | None:
-    """The label of the run's embedder (null over HTTP: the server's embedder is its own)."""
-    return getattr(config.backend, "label", None)
-
-
-def with_embedder(frame: pl.DataFrame, label: str | None) -> pl.DataFrame:
-    """`frame` with the `embedder` column after `run_id`: with several embedders, rows differ by it."""
-    return frame.insert_column(1, pl.Series("embedder", [label] * frame.height, pl.String))
-
-
-def _metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
-    return {
-        "rqsweep.server_profile": json.dumps(profile),
-        "rqsweep.version": __version__,
-        "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
-        "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics, inputs.config.relevance_level)),
-        "rqsweep.golden": inputs.config.relative(inputs.golden.path),
-        "rqsweep.strategy": inputs.config.sweep.strategy,
-    }
-
-
-def _versions() -> dict[str, str]:
-    import numpy
-    import optuna
-
-    return {"rqsweep": __version__, "python": platform.python_version(), "numpy": numpy.__version__,
-            "polars": pl.__version__, "optuna": optuna.__version__}
-
-
-def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:
-    """Validate the config and golden set (and the command line's `--n-trials` and `--storage`) and say what a
-    run would do, without making any search."""
-    inputs = with_study(load_inputs(config_path, Progress(0, "dry run").log), n_trials, storage)
-    config, golden = inputs.config, inputs.golden
-    sweep = config.sweep
-    if sweep.strategy == "grid":
-        settings = grid(sweep, config.baseline)
-        n = len(settings) + (config.baseline not in settings)
-    else:
-        n = sweep.n_trials + 1
-    corpus = inputs.corpus
-    embedders = getattr(config.backend, "embedders", ())
-    lines = [
-        f"config {config.path} ({config.name}): valid",
-        f"golden set {golden.path} ({golden.layout}): {len(golden.queries)} queries in {len(golden.slices)} slices "
-        f"({', '.join(golden.slices)})",
-        f"corpus: {len(corpus.documents)} documents, {len(corpus.memories)} memories",
-        f"metrics: {', '.join(inputs.metrics)}",
-        *([f"embedders: {', '.join(f'{label} ({e.kind}' + (f' {e.model})' if e.model else ')') for label, e in embedders)}"
-           + (" (one run each)" if len(embedders) > 1 else "")] if embedders else []),
-        f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
-        *([f"storage: {redact_url(sweep.storage) if sweep.storage else 'a journal file in the run folder'}"]
-          if sweep.strategy == "optimize" else []),
-        f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
-    ]
-    if config.ranked == "all":
-        lines.append(f"ranked: all: at most {n * len(golden.queries)} more searches after the sweep, for ranked.parquet")
-    lines += [f"warning: {w}" for w in golden.warnings]
-    return "\n".join(lines)
-
-
-def _setting_record(grid_frame: pl.DataFrame, knobs: Knobs, names: tuple[str, ...]) -> dict:
-    rows = grid_frame.filter(pl.col("setting_id") == knobs.id)
-    return {"setting_id": knobs.id, **knobs.columns(),
-            "slices": {r["slice"]: {k: r[k] for k in ("queries", *names, "errors", "tie_sensitive")}
-                       for r in rows.iter_rows(named=True)}}
-
-
-def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inputs:
-    """The inputs with the command line's `--n-trials` and `--storage` in place of the sweep's own."""
-    problem = None if storage is None else storage_url_problem(storage)
-    if problem:
-        raise InputError("--storage", "", problem)
-    changes = {k: v for k, v in (("n_trials", n_trials), ("storage", storage)) if v is not None}
-    if changes:
-        sweep = dataclasses.replace(inputs.config.sweep, **changes)
-        inputs = dataclasses.replace(inputs, config=dataclasses.replace(inputs.config, sweep=sweep))
-    return inputs
 
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
@@ -342,34 +226,20 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
     config = inputs.config
     progress.label = config.name
     now = now or datetime.now(timezone.utc)
-    started_at = now.isoformat()
     if folder is not None:
-        run_id, run_dir = folder
+        run_dir, record = folder[1], RunRecord.begin(inputs, *folder, now)
     else:
-        run_id, run_dir, previous = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
-        started_at = previous.get("started_at", started_at) if previous else started_at
-    info = {
-        "run_id": run_id, "name": config.name, "status": "running", "started_at": started_at,
-        # Relative to the run folder, where `rqsweep explain` finds it again.
-        "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
-        "config_sha256": config.sha256,
-        "golden_path": config.relative(inputs.golden.path), "golden_layout": inputs.golden.layout,
-        "golden_sha256": inputs.golden.sha256,
-        "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "versions": _versions(),
-        "warnings": list(inputs.golden.warnings), "embedder": _label(config),
-        **({"storage": redact_url(config.sweep.storage)} if config.sweep.storage else {}),
-    }
-    if resume is not None:
-        info["resumed_at"] = now.isoformat()
+        run_dir, record = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
     with holding(run_dir):
         try:
-            return _run_in(run_dir, inputs, info, progress, started, resumed=resume is not None, workers=workers)
+            return _run_in(run_dir, inputs, record, progress, started, resumed=resume is not None, workers=workers)
         except BaseException as exc:
-            if not (run_dir / "run.json").exists():  # a new run that ended before it began leaves no folder
-                raise
             interrupt = _interrupt_behind(exc)
+            marked = True
             with contextlib.suppress(OutputError):  # a full or read-only disk refuses this too: run.json stays
-                _mark_unfinished(run_dir, "failed" if interrupt is None else "interrupted")
+                marked = mark(run_dir, "failed" if interrupt is None else "interrupted")
+            if not marked:
+                raise  # a new run that ended before it began leaves no folder
             if interrupt is not None:
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
             kind, until = ((BackendError, "the backend answers again") if isinstance(exc, BackendError) else
@@ -393,34 +263,25 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
-def _mark_unfinished(run_dir: Path, status: str) -> None:
-    info = load_run_json(run_dir)
-    if info.get("status") != "complete":  # ended after its last write: the run is finished all the same
-        write_json(run_dir / "run.json", {**info, "status": status})
-
-
-def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, started: float, *, resumed: bool,
+def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress, started: float, *, resumed: bool,
             workers: int | None) -> RunResult:
-    """The run in its locked folder; `info` is its run.json."""
-    config, run_id = inputs.config, info["run_id"]
+    """The run in its locked folder; `record` is its run.json as it starts."""
+    config, run_id = inputs.config, record.run_id
     for w in inputs.golden.warnings:
         progress.log(f"warning: {w}")
-    write_json(run_dir / "run.json", info)  # before the backend: a seed it starts can be resumed
+    record.write(run_dir)  # before the backend: a seed it starts can be resumed
     try:
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
                                 advance=progress.part)
     except BaseException:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
-        if not resumed and not any(p.name not in ("run.json", LOCK_FILE) for p in run_dir.iterdir()):
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
+        if resumed or not remove_if_bare(run_dir):
             progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
         raise
-    info["server_profile"] = backend.profile
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
-    metadata = _metadata(inputs, backend.profile)
+    metadata = table_metadata(inputs, backend.profile)
     try:
         sweep.run()
         evaluated = time.monotonic()
@@ -430,49 +291,41 @@ def _run_in(run_dir: Path, inputs: Inputs, info: dict, progress: Progress, start
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
         ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
-            write_parquet_groups(run_dir / "ranked.parquet", (
-                with_embedder(hits_table({sid: backend.ranked(Knobs(*knobs))}, sweep.baseline_id, chosen,
-                                         inputs.golden, run_id), sweep.embedder)
-                for sid, *knobs in done.settings.iter_rows()), metadata)
+            write_ranked(run_dir, (
+                hits_table({row["setting_id"]: backend.ranked(Knobs.from_columns(row))}, sweep.baseline_id, chosen,
+                           inputs.golden, sweep.stamp)
+                for row in done.settings.iter_rows(named=True)), metadata)
     finally:
         backend.close()
-    write_parquet(run_dir / "hits.parquet", with_embedder(
-        hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, run_id), sweep.embedder), metadata)
-    write_parquet(run_dir / "grid.parquet", done.grid, metadata if done.validation is None else {
-        **metadata, "rqsweep.validation": json.dumps(done.validation.as_json())})
-    write_parquet(run_dir / "settings.parquet", settings_table(
-        done.grid, (config.objective.metric, config.objective.slice), inputs.metrics), metadata)
+    write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
+    write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
+    write_settings(run_dir, settings_table(done.grid, (config.objective.metric, config.objective.slice),
+                                           inputs.metrics), metadata)
     label = metrics.get(config.objective.metric).label
     held_out = [] if done.validation is None else summary_lines(done.validation, label)
     if done.routing is not None:
         routing = routing_record(done.routing, run_id)
-        write_json(run_dir / ROUTING_FILE, routing)
+        write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
-    write_parquet(run_dir / LABEL_HEALTH_FILE, run_label_health(run_dir, sweep.baseline_id, chosen), metadata)
+    write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen), metadata)
     write_report(run_dir, finished=False)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
-    info.update({
-        "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
-        "backend": backend.name, "strategy": config.sweep.strategy, "sweep": config.sweep.source,
-        "metrics": list(inputs.metrics),
-        "settings": done.settings.height,
-        "infeasible": done.grid.filter((pl.col("slice") == OVERALL) & ~pl.col("feasible")).height,
-        "objective": {"metric": config.objective.metric, "slice": config.objective.slice},
-        # evaluate: the searches and their checkpoints, of which search: the backend's evaluation alone; score: the
-        # per-query table, the grid, the held-out estimate and the ranked lists; report: report.md and report.html.
-        "timings_seconds": {"prepare": round(prepared - started, 3), "evaluate": round(evaluated - prepared, 3),
-                            "search": round(sweep.searching, 3),
-                            "score": round(scored - evaluated, 3), "report": round(time.monotonic() - scored, 3),
-                            "total": round(time.monotonic() - started, 3)},
-        "best": None if done.best is None else _setting_record(done.grid, named[done.best], inputs.metrics),
-        "baseline": _setting_record(done.grid, config.baseline, inputs.metrics),
-        "validation": None if done.validation is None else done.validation.as_json(),
-    })
-    write_json(run_dir / "run.json", info)
+    record.finish(
+        server_profile=backend.profile, backend=backend.name, strategy=config.sweep.strategy,
+        sweep=config.sweep.source, metrics=list(inputs.metrics), settings=done.settings.height,
+        infeasible=done.grid.filter((pl.col("slice") == OVERALL) & ~pl.col("feasible")).height,
+        objective={"metric": config.objective.metric, "slice": config.objective.slice},
+        timings_seconds={"prepare": round(prepared - started, 3), "evaluate": round(evaluated - prepared, 3),
+                         "search": round(sweep.searching, 3), "score": round(scored - evaluated, 3),
+                         "report": round(time.monotonic() - scored, 3), "total": round(time.monotonic() - started, 3)},
+        best=None if done.best is None else setting_summary(done.grid, named[done.best], inputs.metrics),
+        baseline=setting_summary(done.grid, config.baseline, inputs.metrics),
+        validation=None if done.validation is None else done.validation.as_json(),
+    ).write(run_dir)
     outcome = RunResult(run_dir, done.grid, done.best, sweep.baseline_id, summary)
     failed = _failed_searches(run_dir, done.grid, config)
     if failed:
@@ -489,7 +342,7 @@ def _failed_searches(run_dir: Path, grid: pl.DataFrame, config: JobConfig) -> st
     n = int(overall["errors"].sum())
     if n == 0:
         return None
-    reasons = (pl.scan_parquet(run_dir / "queries.parquet").filter(pl.col("error").is_not_null())
+    reasons = (pl.scan_parquet(run_dir / QUERIES).filter(pl.col("error").is_not_null())
                .group_by("error").agg(pl.len().alias("n"), pl.col("query").first(), pl.col("query_id").first())
                .sort("n", descending=True).head(3).collect())
     lines = [f"{n} searches failed for good, in {overall.filter(pl.col('errors') > 0).height} of {overall.height} "
@@ -507,15 +360,7 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
     """
     inputs = with_study(load_inputs(config_path), None, storage_url)
     storage = StudyStorage(storage_url, None)
-    import optuna
-
-    try:
-        attrs = optuna.load_study(study_name=study, storage=storage.optuna).user_attrs
-    except KeyError:
-        raise InputError("--study", "", f"{study!r}: no such study in {storage.describe()}") from None
-    if attrs.get("inputs_sha256") != inputs.sha256:
-        raise InputError(config_path, "", f"differs from the inputs of study {study!r} (config, sweep, corpus or "
-                         "golden set): a worker must evaluate what its coordinator does")
+    attrs = joined_study(storage, study, inputs.sha256, config_path)
     progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
         backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
@@ -531,7 +376,7 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
 
 def collect(run_dir: Path, storage_url: str | None = None, *, quiet: bool = False) -> RunResult:
     """Write a run's results from its study (what every worker evaluated), searching no further."""
-    previous = load_run_json(run_dir)
+    record = RunRecord.read(run_dir)
     # n_trials 0: the study's budget is already spent or abandoned; only gathering and writing remain.
-    return run(run_dir / previous["config_path"], resume=run_dir, quiet=quiet, n_trials=0,
-               storage=storage_url or previous.get("storage"))
+    return run(run_dir / record.config_path, resume=run_dir, quiet=quiet, n_trials=0,
+               storage=storage_url or record.storage)

@@ -97,12 +97,12 @@ class BatchedJournalFile(BaseJournalBackend):
 class StudyStorage:
     """An Optuna storage and how to make its latest writes durable (`commit`)."""
 
-    def __init__(self, url: str | None, run_dir: Path | None):
+    def __init__(self, url: str | None, folder: Path | None):
+        """A database at `url`, or (None) a journal file in `folder` (a run folder's state)."""
         self.url = url
         self._journal: BatchedJournalFile | None = None
         if url is None:
-            assert run_dir is not None
-            folder = run_dir / "state"
+            assert folder is not None
             folder.mkdir(parents=True, exist_ok=True)
             self._journal = BatchedJournalFile(folder / "optuna.journal")
             self.optuna: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self._journal)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rqsweep import job
+from rqsweep import dry_run, job
 from rqsweep.cli import EXIT_GATE_FAILED, main
 from rqsweep.errors import NoFeasibleSetting
 from tests.runfolders import write_run
@@ -117,7 +117,7 @@ def test_run_without_a_feasible_setting_still_names_the_report(tmp_path, sweep_w
 
 
 def test_dry_run_makes_no_search(monkeypatch, capsys):
-    monkeypatch.setattr(job, "dry_run", lambda config, **_: f"would sweep {config}")
+    monkeypatch.setattr(dry_run, "dry_run", lambda config, **_: f"would sweep {config}")
     monkeypatch.setattr(job, "run", lambda *_, **__: pytest.fail("a dry run must not search"))
     assert main(["config.yaml", "--dry-run"]) == 0
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"

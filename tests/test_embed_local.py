@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from rqsweep import cli, job
+from rqsweep.dry_run import dry_run
 from rqsweep.engine.embed import CachedEmbedder, EmbeddingError, LocalEmbedder
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError
@@ -91,7 +92,7 @@ def test_a_second_run_embeds_nothing(tmp_path, monkeypatch):
 def test_an_unknown_model_names_file_key_value_and_the_installed_models(tmp_path):
     config = write_job(tmp_path, backend={"kind": "embedded", "embedder": {"kind": "local", "model": "e5-huge"}})
     with pytest.raises(InputError) as caught:
-        job.dry_run(config)
+        dry_run(config)
     message = str(caught.value)
     assert str(config) in message and "backend.embedder.model" in message and "'e5-huge'" in message
     assert "multilingual-e5-small" in message and "multilingual-e5-small-enpt" in message
@@ -100,7 +101,7 @@ def test_an_unknown_model_names_file_key_value_and_the_installed_models(tmp_path
 def test_a_missing_weights_file_is_an_input_error(tmp_path):
     config = write_job(tmp_path, backend={"kind": "embedded", "embedder": {"kind": "local", "model": "w/e5.bin"}})
     with pytest.raises(InputError, match=r"backend\.embedder\.model: .*e5\.bin.*no such local model and no such file"):
-        job.dry_run(config)
+        dry_run(config)
 
 
 @pytest.mark.parametrize("content", [b"not a model at all" * 100, None], ids=["garbage", "truncated"])

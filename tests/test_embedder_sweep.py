@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from rqsweep import cli, job
+from rqsweep.dry_run import dry_run
 from rqsweep.errors import InputError
 from rqsweep.report.explain import Recompute
-from rqsweep.run_folder import read_run_folder
+from rqsweep.runfolder import read_run_folder
 from tests.minijob import write_job
 
 CHUNKING = {"strategy": "size", "chunk_size": 120, "chunk_overlap": 20}
@@ -103,7 +104,7 @@ def test_resuming_a_finished_run_over_two_embedders_changes_nothing(runs):
 ])
 def test_embedder_lists_are_checked(tmp_path, embedder, problem):
     with pytest.raises(InputError, match=problem):
-        job.dry_run(write_job(tmp_path, backend=backend(embedder)))
+        dry_run(write_job(tmp_path, backend=backend(embedder)))
 
 
 def test_a_shared_study_storage_takes_one_embedder(tmp_path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import polars as pl
 
 from rqsweep import job
-from rqsweep.report.label_health import LABEL_HEALTH_FILE, label_health
+from rqsweep.report.label_health import label_health
+from rqsweep.runfolder import LABEL_HEALTH
 from tests.minijob import write_job
 
 B, C, O = "k60_moff_h0.0", "k5_moff_h30.0", "k1_moff_h0.0"  # baseline, chosen, another setting
@@ -78,7 +79,7 @@ def test_an_expected_item_absent_from_a_channel_ranks_below_every_item_that_chan
 
 def test_a_run_writes_label_health_and_its_report_section(tmp_path):
     out = job.run(write_job(tmp_path), quiet=True)
-    table = pl.read_parquet(out.run_dir / LABEL_HEALTH_FILE)
+    table = pl.read_parquet(out.run_dir / LABEL_HEALTH)
     queries = pl.read_parquet(out.run_dir / "queries.parquet")
     ranks = queries.group_by("query_id").agg(pl.col("rank").n_unique().alias("n"), pl.col("rank").max().alias("top"))
     assert sorted(table.filter(pl.col("kind") == "unmoved")["query_id"]) == sorted(

@@ -9,7 +9,7 @@ from rqsweep.config import Constraint
 from rqsweep.errors import NoFeasibleSetting
 from rqsweep.ladder import LADDER, with_max_drop
 from rqsweep.report.ladder import ladder_table
-from rqsweep.run_folder import read_run_folder
+from rqsweep.runfolder import read_run_folder
 from tests.minijob import STEADY_ENTITY_QUERIES, write_job
 
 FLOOR = {"metric": "recall_at_10", "slice": "*", "min": 0.3}

@@ -9,15 +9,15 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "rqsweep"
 # Module (or package) -> its step; a module may import only from its own step or earlier ones.
 STEPS = [
-    ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.progress",
-     "rqsweep.pacing"),
+    ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.scrub",
+     "rqsweep.progress", "rqsweep.pacing"),
     ("rqsweep.config",),
     ("rqsweep.corpus", "rqsweep.pages", "rqsweep.golden"),
     ("rqsweep.engine", "rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),
-    ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.constraints", "rqsweep.validation",
-     "rqsweep.ladder", "rqsweep.routing", "rqsweep.noise"),
-    ("rqsweep.results", "rqsweep.run_folder", "rqsweep.settings_table"),
+    ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.trials", "rqsweep.dry_run",
+     "rqsweep.constraints", "rqsweep.validation", "rqsweep.ladder", "rqsweep.routing", "rqsweep.noise"),
+    ("rqsweep.runfolder", "rqsweep.settings_table"),
     ("rqsweep.report", "rqsweep.gate", "rqsweep.gate_significance"),
     ("rqsweep.job", "rqsweep.embedder_sweep"),
     ("rqsweep.cli", "rqsweep.__main__"),
@@ -28,7 +28,9 @@ def step_of(module: str) -> int:
     best = None
     for step, prefixes in enumerate(STEPS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+            # The package itself is no prefix: a module missing from the map must be placed, not fall to step 0.
+            inside = module.startswith(prefix + ".") and prefix != "rqsweep"
+            if (module == prefix or inside) and (best is None or len(prefix) > best[1]):
                 best = (step, len(prefix))
     assert best is not None, f"{module} is in no step of the data line: add it to STEPS"
     return best[0]

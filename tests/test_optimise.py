@@ -172,7 +172,7 @@ def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, 
 
 def test_an_unreachable_storage_is_a_backend_error_without_its_password(tmp_path):
     from rqsweep.errors import BackendError
-    from rqsweep.results import redact
+    from rqsweep.runfolder import redact
     from rqsweep.study import StudyStorage
 
     url = "postgresql://tuner:pw-never-shown@127.0.0.1:1/studies"

@@ -9,7 +9,7 @@ import polars as pl
 from rqsweep import cli
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.backends.http import backend as http_backend_module
-from rqsweep.results import LocalRunState
+from rqsweep.runfolder import RunState
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
 from tests.runfolders import outcome_rows, state_rows
 
@@ -17,15 +17,15 @@ QUERIES = 20  # write_corpus's golden set
 
 
 def test_a_setting_with_a_failed_search_is_not_finished_until_evaluated_again(tmp_path):
-    state = LocalRunState(tmp_path, OUTCOME_SCHEMA)
+    state = RunState(tmp_path, OUTCOME_SCHEMA)
     state.record(outcome_rows("a", [None, "ConnectError: connection refused", None]))
     state.record(outcome_rows("b", [None, None, None]))
     assert state.finished() == {"b"}
-    assert LocalRunState(tmp_path, OUTCOME_SCHEMA).finished() == {"b"}
+    assert RunState(tmp_path, OUTCOME_SCHEMA).finished() == {"b"}
     # The failed searches stay in the rows (the grid shows them) until the setting is evaluated again.
     assert state_rows(state)["error"].null_count() == 5
     state.record(outcome_rows("a", [None, None, None]))
-    for reread in (state, LocalRunState(tmp_path, OUTCOME_SCHEMA)):
+    for reread in (state, RunState(tmp_path, OUTCOME_SCHEMA)):
         assert reread.finished() == {"a", "b"}
         assert state_rows(reread).height == 6 and state_rows(reread)["error"].null_count() == 6
 
@@ -49,7 +49,7 @@ def test_a_server_dying_just_before_a_checkpoint_resumes_to_the_uninterrupted_ta
         interrupted = tmp_path / "interrupted"
         assert cli.main([str(config), "--output-dir", str(interrupted), "--quiet"]) == 3
         (run_dir,) = (interrupted / "sweep").iterdir()
-        state = state_rows(LocalRunState(run_dir / "state", OUTCOME_SCHEMA))
+        state = state_rows(RunState(run_dir / "state", OUTCOME_SCHEMA))
         failed = state.height - state["error"].null_count()
         assert state["setting_id"].n_unique() == 5 and 0 < failed < 4  # fewer than 4 in a row: recorded
 

@@ -11,7 +11,7 @@ import pytest
 from rqsweep import job
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
-from rqsweep.results import LocalRunState
+from rqsweep.runfolder import RunState
 from tests.minijob import write_job
 from tests.runfolders import outcome_rows, state_rows
 
@@ -20,8 +20,8 @@ def _rows(setting: str, position: int = 1) -> pl.DataFrame:
     return outcome_rows(setting, [None] * 3, position)
 
 
-def _state(folder) -> LocalRunState:
-    return LocalRunState(folder, OUTCOME_SCHEMA)
+def _state(folder) -> RunState:
+    return RunState(folder, OUTCOME_SCHEMA)
 
 
 def test_a_part_written_after_a_gap_overwrites_nothing(tmp_path):
@@ -64,8 +64,8 @@ def _finished_run(tmp_path):
     return config, job.run(config, quiet=True, output_dir=tmp_path / "out")
 
 
-def _state_of(run_dir) -> LocalRunState:
-    return LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
+def _state_of(run_dir) -> RunState:
+    return RunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
 
 
 def test_a_finished_run_keeps_its_rows_once_and_a_resume_over_a_duplicated_part_gives_the_same_grid(tmp_path):

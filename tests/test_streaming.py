@@ -18,7 +18,8 @@ from rqsweep.inputs import load_inputs
 from rqsweep.job import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
-from rqsweep.results import LocalRunState, golden_table, grid_table, query_table, setting_knobs
+from rqsweep.runfolder import RunState
+from rqsweep.runfolder.tables import Stamp, golden_table, grid_table, query_table, setting_knobs
 from rqsweep.validation import FoldSums, cross_validate
 from tests.minijob import QUERIES, write_job
 
@@ -102,9 +103,9 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
     knobs = setting_knobs(reference_rows)
     means = SliceMeans.from_frame(per_slice, knobs["setting_id"].to_list(), inputs.golden.slices, names)
     verdicts = choose_best(means, config.baseline.id, objective, config.constraints, inputs.golden.slices)
-    stamp = {"run_id": "r1", "config_sha256": config.sha256, "golden_sha256": inputs.golden.sha256}
+    stamp = Stamp.of("r1", inputs)
     grid = grid_table(per_slice, knobs, verdicts, config.baseline.id, names, stamp)
-    queries = query_table(scored, golden_table(inputs.golden), names, "r1")
+    queries = query_table(scored, golden_table(inputs.golden), names, stamp)
 
     assert streamed.grid.equals(grid)
     written = pl.read_parquet(run_dir / "queries.parquet")
@@ -123,7 +124,7 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
     # The written table stands in for the parts: a resumed run reads back the same rows.
     sweep.state.discard_parts()
     assert not list((run_dir / "state").glob("part-*.parquet"))
-    again = LocalRunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
+    again = RunState(run_dir / "state", OUTCOME_SCHEMA, consolidated=run_dir / "queries.parquet")
     assert pl.concat(list(again.chunks())).equals(reference_rows)
     assert again.finished() == set(reference_rows.group_by("setting_id").agg(pl.col("error").is_null().all())
                                    .filter("error")["setting_id"].to_list())

@@ -7,7 +7,7 @@ from pathlib import Path
 from rqsweep.report import document
 from rqsweep.report.render import to_html, to_markdown
 from rqsweep.files import write_text
-from rqsweep.run_folder import read_run_folder
+from rqsweep.runfolder import read_run_folder
 
 __all__ = ["write_report"]
 

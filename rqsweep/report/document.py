@@ -18,7 +18,7 @@ from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
 from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import RunFolder
 from rqsweep.validation import CrossValidation, summary_lines
 
 

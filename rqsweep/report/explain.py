@@ -9,7 +9,6 @@ followed through the ranking's steps (`engine.trace`): the floor, RRF, the recen
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import polars as pl
@@ -17,11 +16,9 @@ import polars as pl
 from rqsweep.backends.base import RankedHit
 from rqsweep.engine.trace import ItemTrace
 from rqsweep.errors import InputError
-from rqsweep.files import reading_parquet
 from rqsweep.inputs import load_inputs
 from rqsweep.knobs import Knobs
-from rqsweep.results import load_run_json
-from rqsweep.run_folder import RunFolder, read_run_folder
+from rqsweep.runfolder import HITS, QUERIES, RANKED, RUN_JSON, RunFolder, read_run_folder
 
 _LIST_WIDTH = 44
 
@@ -90,24 +87,23 @@ class Recompute:
     """The run's inputs rebuilt from its config, for lists and traces not stored in the run folder."""
 
     def __init__(self, run: RunFolder):
-        info = load_run_json(run.path)
-        if not info.get("config_path"):
-            raise InputError(run.path / "run.json", "config_path",
+        if not run.record.config_path:
+            raise InputError(run.path / RUN_JSON, "config_path",
                              "missing (a run.json written before rqsweep kept it): this list is not stored in the "
                              "run folder, and explain and export recompute it from the run's config, which this "
                              "run.json does not name")
-        config_path = run.path / info["config_path"]  # relative to the run folder (absolute before)
+        config_path = run.path / run.record.config_path  # relative to the run folder (absolute before)
         if not config_path.is_file():
-            raise InputError(run.path / "run.json", "config_path",
+            raise InputError(run.path / RUN_JSON, "config_path",
                              f"{str(config_path)!r} is not a file: explain and export recompute from the run's "
                              "config")
         self.inputs = load_inputs(config_path)
-        if self.inputs.sha256 != info.get("inputs_sha256"):
+        if self.inputs.sha256 != run.record.inputs_sha256:
             raise InputError(config_path, "", "changed since the run (config, sweep, corpus or golden set): "
                                               "lists recomputed now would not be what the run measured")
         backend = self.inputs.config.backend
         if len(getattr(backend, "embedders", ())) > 1:  # one embedder's run of a sweep over several
-            config = dataclasses.replace(self.inputs.config, backend=backend.only(info["embedder"]))
+            config = dataclasses.replace(self.inputs.config, backend=backend.only(run.record.embedder))
             self.inputs = dataclasses.replace(self.inputs, config=config)
         self._index = None
 
@@ -164,12 +160,10 @@ def stored_lists(run: RunFolder, setting_id: str) -> dict[str, list[RankedHit] |
     """Query id -> the setting's ranked list (or its failed search's error) as the run folder stored it: in
     hits.parquet (the baseline and the chosen setting) or ranked.parquet (every setting, with `ranked: all`);
     None when it stored none for this setting."""
-    for name in ("hits.parquet", "ranked.parquet"):
-        if (run.path / name).exists():
-            with reading_parquet(run.path / name):
-                hits = pl.scan_parquet(run.path / name).filter(pl.col("setting_id") == setting_id).collect()
-            if hits.height:
-                return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
+    for table in (HITS, RANKED):
+        hits = run.read(table, pl.col("setting_id") == setting_id)
+        if hits is not None and hits.height:
+            return {qid: _lists(rows) for (qid,), rows in hits.group_by("query_id", maintain_order=True)}
     return None
 
 
@@ -184,15 +178,12 @@ def explain(run_dir: Path, query_id: str, setting_id: str | None = None) -> str:
     rows = run.queries([run.baseline]).filter(pl.col("query_id") == query_id)
     if rows.is_empty():
         known = run.queries([run.baseline])["query_id"].head(3).to_list()
-        raise InputError(run.path / "queries.parquet", "query_id",
+        raise InputError(run.path / QUERIES, "query_id",
                          f"{query_id!r}: no such query in this run (e.g. {', '.join(known)})")
     row = rows.row(0, named=True)
     expected = list(row["expected"])
     base_knobs = run.knobs(run.baseline)
-    stored = None
-    if (run.path / "hits.parquet").exists():
-        with reading_parquet(run.path / "hits.parquet"):
-            stored = pl.read_parquet(run.path / "hits.parquet").filter(pl.col("query_id") == query_id)
+    stored = run.read(HITS, pl.col("query_id") == query_id)
     recompute: Recompute | None = None
     lists = {}
     for sid, knobs in ((run.baseline, base_knobs), (other, other_knobs)):

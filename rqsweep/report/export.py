@@ -21,7 +21,7 @@ from rqsweep.errors import InputError
 from rqsweep.files import write_text
 from rqsweep.golden import GoldenSet
 from rqsweep.report.explain import Recompute, stored_lists
-from rqsweep.run_folder import RunFolder, read_run_folder
+from rqsweep.runfolder import RunFolder, read_run_folder
 
 FORMATS = ("trec",)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from rqsweep.report.tables import metric_label
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import RunFolder
 from rqsweep.validation import CrossValidation
 
 

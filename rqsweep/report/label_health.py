@@ -23,10 +23,9 @@ from pathlib import Path
 import polars as pl
 
 from rqsweep.report.render import Block, Heading, Paragraph, Table
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import HITS, LABEL_HEALTH, QUERIES, RANKED, RunFolder
 
 KINDS = ("never_found", "unmoved", "tie_sensitive", "suspect_unlabelled")
-LABEL_HEALTH_FILE = "label_health.parquet"
 SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query": pl.String,
           "expected": pl.List(pl.String), "key": pl.String, "detail": pl.String}
 
@@ -90,7 +89,7 @@ def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, cho
 
 def ranked_lists(run_dir: Path) -> tuple[pl.DataFrame, str]:
     """The ranked lists a run kept (ranked.parquet when it kept every setting's, else hits.parquet) and which."""
-    for name in ("ranked.parquet", "hits.parquet"):
+    for name in (RANKED, HITS):
         if (run_dir / name).exists():
             return pl.read_parquet(run_dir / name), name
     return pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "position": pl.Int64,
@@ -100,12 +99,12 @@ def ranked_lists(run_dir: Path) -> tuple[pl.DataFrame, str]:
 
 def run_label_health(run_dir: Path, baseline: str, chosen: str) -> pl.DataFrame:
     ranked, _ = ranked_lists(run_dir)
-    return label_health(pl.scan_parquet(run_dir / "queries.parquet"), ranked, baseline, chosen)
+    return label_health(pl.scan_parquet(run_dir / QUERIES), ranked, baseline, chosen)
 
 
 def label_health_blocks(run: RunFolder) -> list[Block]:
-    path = run.path / LABEL_HEALTH_FILE
-    findings = pl.read_parquet(path) if path.exists() else run_label_health(run.path, run.baseline, run.chosen)
+    stored = run.read(LABEL_HEALTH)
+    findings = stored if stored is not None else run_label_health(run.path, run.baseline, run.chosen)
     _, source = ranked_lists(run.path)
     queries = run.slice_rows(run.baseline)["overall"]["queries"]
     counts = {k: findings.filter(pl.col("kind") == k).height for k in KINDS}
@@ -117,7 +116,7 @@ def label_health_blocks(run: RunFolder) -> list[Block]:
         f"{counts['suspect_unlabelled']} items look like unlabelled relevant ones (both channels rank them above "
         f"the expected item in most of the ranked lists kept: {source}; a stale memory whose fresher twin is the "
         f"expected item is listed too, since both channels rank the twins alike and only the recency blend parts "
-        f"them). Every finding is in {LABEL_HEALTH_FILE}.")]
+        f"them). Every finding is in {LABEL_HEALTH}.")]
     for kind in ("never_found", "tie_sensitive", "suspect_unlabelled"):
         rows = findings.filter(pl.col("kind") == kind)
         if rows.height:

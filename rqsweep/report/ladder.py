@@ -8,7 +8,7 @@ from rqsweep.constraints import SliceMeans
 from rqsweep.ladder import LADDER, constraint_ladder
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import RunFolder
 
 
 def ladder_means(run: RunFolder) -> SliceMeans:

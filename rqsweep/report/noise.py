@@ -9,7 +9,7 @@ from rqsweep.metrics import GATED
 from rqsweep.noise import ALPHA, POWER, SliceNoise, bound_warnings, slice_noise
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import QUERIES, RunFolder
 
 
 def noise_metrics(run: RunFolder) -> list[str]:
@@ -20,7 +20,7 @@ def noise_metrics(run: RunFolder) -> list[str]:
 
 def run_noise(run: RunFolder, metrics: list[str] | None = None) -> dict[tuple[str, str], SliceNoise]:
     """(slice, metric) -> its noise figures, from the run's per-query table."""
-    figures = slice_noise(pl.scan_parquet(run.path / "queries.parquet"), run.baseline, metrics or noise_metrics(run))
+    figures = slice_noise(run.scan(QUERIES), run.baseline, metrics or noise_metrics(run))
     return {(n.slice, n.metric): n for n in figures}
 
 

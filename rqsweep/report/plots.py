@@ -19,7 +19,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, RRF_K
 from rqsweep.report.tables import knob_label, metric_label
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import RunFolder
 
 _DPI = 100
 _FLOOR_OFF_AT = -0.05  # where "no floor" sits on a min_similarity axis

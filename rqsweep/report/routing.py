@@ -7,7 +7,6 @@ held-out queries (`significance.paired_test`, seeded): the report reads them fro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,9 @@ from rqsweep.knobs import Knobs
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.significance import ALPHA, ROUNDS, paired_test
 from rqsweep.routing import GUARD, Routing
+from rqsweep.runfolder.folder import ROUTING
+from rqsweep.runfolder.tables import read_routing
 
-ROUTING_FILE = "routing.json"
 ROUTING_FORMAT = 1
 
 
@@ -63,11 +63,6 @@ def routing_record(routing: Routing, run_id: str) -> dict:
                      "bootstrap_resamples": ROUNDS, "fold_globals": list(routing.fold_globals),
                      "fold_routes": [dict(r) for r in routing.fold_routes], "slices": held_out},
     }
-
-
-def read_routing(run_dir: Path) -> dict | None:
-    path = run_dir / ROUTING_FILE
-    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _signed(value: float | None) -> str:
@@ -134,7 +129,7 @@ def routing_blocks(run_dir: Path, metric_label: str) -> list[Block]:
     folds = data["held_out"]["folds"]
     return [heading, Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
         f"SOAT's search takes the knobs in each request, so a caller that knows a query's slice can send it the "
-        f"slice's own setting ({ROUTING_FILE} holds each slice's request fields). A slice's own setting is its best "
+        f"slice's own setting ({ROUTING} holds each slice's request fields). A slice's own setting is its best "
         f"feasible one on its own queries, under the constraints covering it (those of other slices and of overall "
         f"do not bind it, since it serves only that slice's queries). The guard: {data['guard']}. Held out: nested "
         f"{folds}-fold cross-validation on the global estimate's folds; each fold's routing, guard included, is "

@@ -11,7 +11,7 @@ from rqsweep.constraints import INCOMPLETE, constraint_key, constraint_slices
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, blends
 from rqsweep.report.render import format_cell
-from rqsweep.run_folder import RunFolder
+from rqsweep.runfolder import HITS, RunFolder
 
 
 
@@ -115,9 +115,9 @@ def changed_queries(run: RunFolder, top: int = 3) -> dict[str, pl.DataFrame]:
     change = badness(pl.col("rank chosen")) - badness(pl.col("rank baseline"))
     changed = pl.concat([pairs.filter(change > 0).with_columns(pl.lit("worse").alias("change")),
                          pairs.filter(change < 0).with_columns(pl.lit("better").alias("change"))])
-    hits_path = run.path / "hits.parquet"
-    if hits_path.exists():
-        tops = (pl.scan_parquet(hits_path).filter(pl.col("setting_id") == run.chosen, pl.col("position") <= top)
+    hits = run.scan(HITS)
+    if hits is not None:
+        tops = (hits.filter(pl.col("setting_id") == run.chosen, pl.col("position") <= top)
                 .sort("position").group_by("query_id", maintain_order=True)
                 .agg(pl.col("key").str.join(", ").alias(f"chosen top {top}")).collect())
         changed = changed.join(tops, on="query_id", how="left")

@@ -1,6 +1,6 @@
-"""A finished run read back from its Parquet files: the grid, the per-query table and the job config.
+"""A finished run read back: its record (run.json), its grid and the job config, and its per-query table on demand.
 
-Shared by what reads finished runs: the report and the gate. A run is finished when its run.json says
+Shared by what reads finished runs: the report, `explain` and the gate. A run is finished when its run.json says
 `"status": "complete"`, which the run writes after every other file (grid, per-query table, report).
 """
 
@@ -21,7 +21,8 @@ from rqsweep.errors import InputError
 from rqsweep.files import reading_parquet
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
-from rqsweep.results import load_run_json
+from rqsweep.runfolder.folder import GRID, QUERIES
+from rqsweep.runfolder.record import RunRecord
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,12 @@ class RunFolder:
     definitions: dict[str, str]  # what each column means, metrics included (`rqsweep.metrics` metadata)
     server_profile: dict | None = None  # what produced the rankings (`backends.base`); None before it was kept
     validation: dict | None = None  # the run's cross-validation (`CrossValidation.as_json`); None when off
-    corpus_sha256: str | None = None  # run.json's hash of the corpus searched (`Corpus.sha256`); None before it was kept
+    record: RunRecord = RunRecord()  # its run.json
+
+    @property
+    def corpus_sha256(self) -> str | None:
+        """The corpus searched (`Corpus.sha256`); None before runs kept it."""
+        return self.record.corpus_sha256
 
     @property
     def run_id(self) -> str:
@@ -108,36 +114,47 @@ class RunFolder:
         """One row per setting: its `overall` slice row, in evaluation order."""
         return self.grid.filter(pl.col("slice") == OVERALL).sort("evaluation_order")
 
+    def scan(self, table: str) -> pl.LazyFrame | None:
+        """One of the folder's tables (`GRID`, `QUERIES`, `HITS`, `RANKED` of `runfolder.folder`), read lazily;
+        None when the run did not write it."""
+        path = self.path / table
+        return pl.scan_parquet(path) if path.exists() else None
+
+    def read(self, table: str, *predicates: pl.Expr) -> pl.DataFrame | None:
+        """The rows of one of the folder's tables that match `predicates` (all without); None when the run did not
+        write it. A damaged file is an InputError naming it."""
+        scan = self.scan(table)
+        if scan is None:
+            return None
+        with reading_parquet(self.path / table):
+            return (scan.filter(*predicates) if predicates else scan).collect()
+
     def queries(self, setting_ids: list[str]) -> pl.DataFrame:
         """Per-query rows of some settings (read lazily: the table holds every setting's queries)."""
-        path = self.path / "queries.parquet"
-        if not path.exists():
-            raise InputError(path, "", "missing: the run folder has no per-query table")
-        with reading_parquet(path):
-            return pl.scan_parquet(path).filter(pl.col("setting_id").is_in(setting_ids)).collect()
+        rows = self.read(QUERIES, pl.col("setting_id").is_in(setting_ids))
+        if rows is None:
+            raise InputError(self.path / QUERIES, "", "missing: the run folder has no per-query table")
+        return rows
 
 
-def check_finished(path: Path) -> None:
-    """Raise InputError, naming the folder and how to finish it, unless `path` holds a finished run."""
-    if not (path / "run.json").exists():
-        raise InputError(path, "", "not a run folder (no run.json)")
-    info = load_run_json(path)
-    status = info.get("status")
-    if status != "complete":
+def check_finished(path: Path) -> RunRecord:
+    """The record of a finished run; InputError, naming the folder and how to finish it, for any other folder."""
+    record = RunRecord.read(path)
+    if not record.complete:
         # run.json keeps the config's path relative to the run folder (absolute in older runs).
-        config = os.path.normpath(path / info["config_path"]) if info.get("config_path") else "CONFIG"
-        raise InputError(path, "", f"an unfinished run (status {status!r}): its results are missing or partial; "
-                                   f"finish it with `rqsweep {config} --resume {path}`")
+        config = os.path.normpath(path / record.config_path) if record.config_path else "CONFIG"
+        raise InputError(path, "", f"an unfinished run (status {record.status!r}): its results are missing or "
+                                   f"partial; finish it with `rqsweep {config} --resume {path}`")
+    return record
 
 
 def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
-    """Read a run folder's grid and config; raises InputError when it is not a finished run.
+    """Read a run folder's record, grid and config; raises InputError when it is not a finished run.
 
     `finished=False` is for the run itself, which writes its report before marking its folder complete.
     """
-    if finished:
-        check_finished(path)
-    grid_path = path / "grid.parquet"
+    record = check_finished(path) if finished else RunRecord.read(path)
+    grid_path = path / GRID
     if not grid_path.exists():
         raise InputError(grid_path, "", "missing: the run folder has no grid")
     with reading_parquet(grid_path):
@@ -156,7 +173,6 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
     definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
     profile = metadata.get(b"rqsweep.server_profile")
     validation = metadata.get(b"rqsweep.validation")
-    corpus_sha256 = load_run_json(path).get("corpus_sha256") if (path / "run.json").exists() else None
     return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions,
                      json.loads(profile) if profile else None, json.loads(validation) if validation else None,
-                     corpus_sha256)
+                     record)

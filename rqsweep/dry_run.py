@@ -1,0 +1,44 @@
+"""`--dry-run`: a run's inputs validated, and what the run would do said, without any search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rqsweep.backends import BACKENDS
+from rqsweep.inputs import load_inputs, with_study
+from rqsweep.progress import Progress
+from rqsweep.scrub import redact_url
+from rqsweep.space import grid
+
+
+def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:
+    """Validate the config and golden set (and the command line's `--n-trials` and `--storage`) and say what a
+    run would do, without making any search."""
+    inputs = with_study(load_inputs(config_path, Progress(0, "dry run").log), n_trials, storage)
+    config, golden = inputs.config, inputs.golden
+    sweep = config.sweep
+    if sweep.strategy == "grid":
+        settings = grid(sweep, config.baseline)
+        n = len(settings) + (config.baseline not in settings)
+    else:
+        n = sweep.n_trials + 1
+    corpus = inputs.corpus
+    embedders = getattr(config.backend, "embedders", ())
+    lines = [
+        f"config {config.path} ({config.name}): valid",
+        f"golden set {golden.path} ({golden.layout}): {len(golden.queries)} queries in {len(golden.slices)} slices "
+        f"({', '.join(golden.slices)})",
+        f"corpus: {len(corpus.documents)} documents, {len(corpus.memories)} memories",
+        f"metrics: {', '.join(inputs.metrics)}",
+        *([f"embedders: {', '.join(f'{label} ({e.kind}' + (f' {e.model})' if e.model else ')') for label, e in embedders)}"
+           + (" (one run each)" if len(embedders) > 1 else "")] if embedders else []),
+        f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
+        *([f"storage: {redact_url(sweep.storage) if sweep.storage else 'a journal file in the run folder'}"]
+          if sweep.strategy == "optimize" else []),
+        f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
+    ]
+    if config.ranked == "all":
+        lines.append(f"ranked: all: at most {n * len(golden.queries)} more searches after the sweep, for ranked.parquet")
+    lines += [f"warning: {w}" for w in golden.warnings]
+    return "\n".join(lines)
+

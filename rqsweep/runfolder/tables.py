@@ -1,0 +1,193 @@
+"""The tables of a run folder, each assembled here from what the backend returned (positions) and what the
+metrics made of them, and written here (atomically, by `rqsweep.files`):
+
+- grid.parquet (`grid_table`): one row per (setting, slice);
+- queries.parquet (`query_table`): one row per (setting, query), written in row groups of whole settings;
+- hits.parquet (`hits_table`): the baseline's and the chosen setting's ranked lists;
+- ranked.parquet: every setting's ranked lists, with `ranked: all`;
+- settings.parquet: the grid turned wide (`rqsweep.settings_table`);
+- routing.json: one setting per slice, with `validation:` (`rqsweep.report.routing`);
+- label_health.parquet: queries no knob moves or no setting finds, likely unlabelled items
+  (`rqsweep.report.label_health`).
+
+Each carries the run's key-value metadata (`table_metadata`). A column the whole run shares is a field of `Stamp`;
+a column of one table is added to that table's function.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import polars as pl
+
+from rqsweep import __version__, metrics
+from rqsweep.backends.base import RankedHit
+from rqsweep.constraints import Verdicts
+from rqsweep.files import write_json, write_parquet, write_parquet_groups
+from rqsweep.golden import GoldenSet
+from rqsweep.inputs import Inputs
+from rqsweep.knobs import KNOBS, Knobs
+from rqsweep.runfolder.folder import GRID, HITS, LABEL_HEALTH, QUERIES, RANKED, ROUTING, SETTINGS
+from rqsweep.runfolder.record import redact
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What identifies the run, on its tables' rows: the `front` fields lead every table's rows, the others close
+    the grid's. A run-wide column is a field here."""
+
+    run_id: str = field(metadata={"front": True})
+    # The embedder's label: a sweep over several embedders unites their tables, whose rows it tells apart. Null
+    # over HTTP, where the server's embedder is its own.
+    embedder: str | None = field(metadata={"front": True})
+    config_sha256: str = field(metadata={"front": False})
+    golden_sha256: str = field(metadata={"front": False})
+
+    @classmethod
+    def of(cls, run_id: str, inputs: Inputs) -> Stamp:
+        return cls(run_id, getattr(inputs.config.backend, "label", None), inputs.config.sha256, inputs.golden.sha256)
+
+    def columns(self, front: bool) -> list[pl.Expr]:
+        return [pl.lit(getattr(self, f.name), dtype=pl.String).alias(f.name) for f in fields(self)
+                if f.metadata["front"] == front]
+
+    def names(self, front: bool) -> list[str]:
+        return [f.name for f in fields(self) if f.metadata["front"] == front]
+
+
+def table_metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
+    """The key-value metadata of every table: what produced it, and how to read it."""
+    return {
+        "rqsweep.server_profile": json.dumps(profile),
+        "rqsweep.version": __version__,
+        "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
+        "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics, inputs.config.relevance_level)),
+        "rqsweep.golden": inputs.config.relative(inputs.golden.path),
+        "rqsweep.strategy": inputs.config.sweep.strategy,
+    }
+
+
+def write_queries(run_dir: Path, chunks: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> Path:
+    """queries.parquet from `query_table` chunks of whole settings, a row group each; returns its path."""
+    write_parquet_groups(run_dir / QUERIES, chunks, metadata)
+    return run_dir / QUERIES
+
+
+def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:
+    """grid.parquet; its metadata also holds the held-out estimate (`rqsweep.validation`) when there is one."""
+    write_parquet(run_dir / GRID, grid, metadata if validation is None else {
+        **metadata, "rqsweep.validation": json.dumps(validation)})
+
+
+def write_hits(run_dir: Path, hits: pl.DataFrame, metadata: Mapping[str, str]) -> None:
+    write_parquet(run_dir / HITS, hits, metadata)
+
+
+def write_settings(run_dir: Path, settings: pl.DataFrame, metadata: Mapping[str, str]) -> None:
+    write_parquet(run_dir / SETTINGS, settings, metadata)
+
+
+def write_label_health(run_dir: Path, findings: pl.DataFrame, metadata: Mapping[str, str]) -> None:
+    write_parquet(run_dir / LABEL_HEALTH, findings, metadata)
+
+
+def write_routing(run_dir: Path, routing: dict) -> None:
+    write_json(run_dir / ROUTING, routing)
+
+
+def read_routing(run_dir: Path) -> dict | None:
+    """routing.json as written, or None when the run has none (validation off)."""
+    path = run_dir / ROUTING
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def write_ranked(run_dir: Path, per_setting: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> None:
+    """ranked.parquet: `hits_table` frames, a setting's lists each, streamed a row group at a time."""
+    write_parquet_groups(run_dir / RANKED, per_setting, metadata)
+
+
+def setting_knobs(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per setting (setting_id and the knob columns) from per-query rows, in the order settings first
+    appear: a frame, not objects, since a run's end holds one row per setting of a million-setting grid."""
+    return rows.select("setting_id", *KNOBS).unique("setting_id", keep="first", maintain_order=True)
+
+
+def knobs_of(settings: pl.DataFrame, setting_id: str) -> Knobs:
+    """The knobs of one setting of a `setting_knobs` frame."""
+    return Knobs.from_columns(settings.row(by_predicate=pl.col("setting_id") == setting_id, named=True))
+
+
+def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Verdicts, baseline_id: str,
+               metric_names: Sequence[str], stamp: Stamp) -> pl.DataFrame:
+    """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `settings`, a
+    `setting_knobs` frame, which is the order of `verdicts`' rows). `violations` lists the constraint keys a
+    setting breaks, on each of its rows (`recall_at_10[billing]:min`, `mrr[factual]:max_drop`, `incomplete`).
+
+    `stamp` holds the run-wide columns.
+    """
+    per_setting = settings.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("evaluation_order"),
+        pl.Series("feasible", verdicts.feasible(), dtype=pl.Boolean),
+        verdicts.violations(),
+        (pl.col("setting_id") == baseline_id).alias("is_baseline"),
+        (pl.col("setting_id") == verdicts.best).alias("is_best") if verdicts.best is not None
+        else pl.lit(False).alias("is_best"),
+    )
+    grid = slice_metrics.join(per_setting, on="setting_id").with_columns(*stamp.columns(True), *stamp.columns(False))
+    return grid.select(
+        *stamp.names(True), "setting_id", *KNOBS, "slice", "queries",
+        *metric_names, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
+        "evaluation_order", *stamp.names(False),
+    ).sort("evaluation_order", "slice")
+
+
+def golden_table(golden: GoldenSet) -> pl.DataFrame:
+    """What each golden query is: its slice, text, expected keys and their grades, in the golden set's order."""
+    return pl.DataFrame({
+        "query_id": [q.id for q in golden.queries],
+        "slice": [q.slice for q in golden.queries],
+        "query": [q.query for q in golden.queries],
+        "expected": pl.Series([[e.key for e in q.expected] for q in golden.queries], dtype=pl.List(pl.String)),
+        "grades": pl.Series([list(q.grades) for q in golden.queries], dtype=pl.List(pl.Int64)),
+    })
+
+
+def query_table(scored: pl.DataFrame, golden: pl.DataFrame, metric_names: Sequence[str], stamp: Stamp) -> pl.DataFrame:
+    """queries.parquet: one row per (setting, query), with the query's text, expected keys and their grades, each
+    expected key's position, the first relevant rank and every metric's per-query value. `golden` is
+    `golden_table`'s."""
+    return (scored.join(golden, on="query_id", how="left", maintain_order="left")
+            .with_columns(stamp.columns(True))
+            .select(*stamp.names(True), "setting_id", *KNOBS, "query_id", "slice",
+                    "query", "expected", "grades", "positions", "rank", *metric_names, "error", "tie_sensitive"))
+
+
+HITS_SCHEMA = {  # after the stamp's front columns
+    "setting_id": pl.String, "is_baseline": pl.Boolean, "is_chosen": pl.Boolean,
+    "query_id": pl.String, "position": pl.Int64, "key": pl.String, "source_type": pl.String, "chunk": pl.String,
+    "score": pl.Float64, "vector": pl.Int64, "lexical": pl.Int64, "similarity_score": pl.Float64,
+    "blend_factor": pl.Float64, "expected": pl.Boolean, "error": pl.String,
+}
+
+
+def hits_table(ranked: Mapping[str, Mapping[str, list[RankedHit] | str]], baseline_id: str, chosen_id: str,
+               golden: GoldenSet, stamp: Stamp) -> pl.DataFrame:
+    """hits.parquet: the ranked lists of the baseline and the chosen setting for every query.
+
+    `ranked`: setting id -> query id -> its hits, or the error of a failed search (one row, no position).
+    """
+    expected = {q.id: {e.key for e in q.expected} for q in golden.queries}
+    rows = []
+    for sid, lists in ranked.items():
+        for qid, hits in lists.items():
+            common = {"setting_id": sid, "is_baseline": sid == baseline_id,
+                      "is_chosen": sid == chosen_id, "query_id": qid}
+            if isinstance(hits, str):
+                rows.append({**common, "error": hits})
+                continue
+            for h in hits:
+                rows.append({**common, **asdict(h), "expected": h.key in expected[qid], "error": None})
+    return pl.DataFrame(rows, schema=HITS_SCHEMA).select(*stamp.columns(True), pl.all())

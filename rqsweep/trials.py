@@ -1,0 +1,61 @@
+"""The protocol of a study shared by machines (`rqsweep worker`): each setting's per-query outcome rides on its
+Optuna trial, so the coordinator records what any worker evaluated without searching again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import optuna
+import polars as pl
+
+from rqsweep.backends.base import OUTCOME_SCHEMA
+from rqsweep.errors import InputError
+from rqsweep.knobs import Knobs
+from rqsweep.study import StudyStorage
+
+
+def outcome_attrs(rows: pl.DataFrame, query_ids: Sequence[str]) -> dict:
+    """A setting's per-query rows, compactly, as trial attributes: `positions` in the golden set's query order
+    (null = failed search), with `errors` and `tie_sensitive` only where they say something."""
+    by_query = {r["query_id"]: r for r in rows.iter_rows(named=True)}
+    ordered = [by_query[q] for q in query_ids]
+    out: dict = {"positions": [r["positions"] for r in ordered]}
+    if any(r["error"] for r in ordered):
+        out["errors"] = [r["error"] for r in ordered]
+    if any(r["tie_sensitive"] is not None for r in ordered):
+        out["tie_sensitive"] = [r["tie_sensitive"] for r in ordered]
+    return out
+
+
+def gathered(study: optuna.Study, finished: set[str], query_ids: Sequence[str]) -> Iterator[pl.DataFrame]:
+    """The per-query rows (the backend contract's) of every setting a trial carries that is not in `finished`,
+    a setting at a time; a setting several trials carry comes once."""
+    seen = set(finished)
+    n = len(query_ids)
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        if trial.state.name != "COMPLETE" or attrs.get("repeat") or "positions" not in attrs:
+            continue
+        if attrs["setting_id"] in seen:
+            continue
+        knobs = Knobs.from_id(attrs["setting_id"])
+        seen.add(knobs.id)
+        yield pl.DataFrame({
+            "setting_id": [knobs.id] * n, **{k: [v] * n for k, v in knobs.columns().items()},
+            "query_id": list(query_ids), "positions": attrs["positions"],
+            "error": attrs.get("errors", [None] * n), "tie_sensitive": attrs.get("tie_sensitive", [None] * n),
+        }, schema=OUTCOME_SCHEMA)
+
+
+def joined_study(storage: StudyStorage, study: str, inputs_sha256: str, config_path: Path) -> dict:
+    """The attributes of the study a worker joins; InputError when there is no such study or its inputs are not
+    the worker's (a worker must evaluate what its coordinator does)."""
+    try:
+        attrs = optuna.load_study(study_name=study, storage=storage.optuna).user_attrs
+    except KeyError:
+        raise InputError("--study", "", f"{study!r}: no such study in {storage.describe()}") from None
+    if attrs.get("inputs_sha256") != inputs_sha256:
+        raise InputError(config_path, "", f"differs from the inputs of study {study!r} (config, sweep, corpus or "
+                         "golden set): a worker must evaluate what its coordinator does")
+    return attrs
