@@ -413,16 +413,23 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     wins_tie = (decayed < target_decayed) | ((decayed == target_decayed) & before)
     others = present.copy()
     others[each, item] = False  # the target itself
-    target_present = present[each, item]
+    ahead, undecided = _blend_decided(stack.age_days[unit_row], decayed, in_v, l, insertion, item, others)
+    unit, column = np.nonzero(undecided)
+    bounds = np.searchsorted(unit, np.arange(len(units) + 1))
+    contest_fused, contest_factors = fused[:, unit, column], factors[:, unit, column]
+    contest_wins, target_factors = wins_tie[:, unit, column], factors[:, each, item]
+    target_present, target_fused = present[each, item], target_fused[:, :, 0]
     unit_rank = np.zeros((len(pairs), len(units)), np.int64)
-    step = max(1, (1 << 21) // max(1, v.size))  # bounded work arrays
+    step = max(1, (1 << 16) // max(1, len(unit), len(units)))  # work arrays that stay in cache
+    won = np.zeros((min(step, len(pairs)), len(unit) + 1), np.int32)
     for start in range(0, len(pairs), step):
         part = pairs[start:start + step]
         k_of, h_of = part // len(hs), part % len(hs)
-        score = fused[k_of] * factors[h_of]  # (part, units, items)
-        target = score[:, each, item][:, :, None]
-        ahead = others & ((score > target) | ((score == target) & wins_tie[k_of]))
-        unit_rank[start:start + step] = np.where(target_present, ahead.sum(axis=2) + 1, 0)
+        target = (target_fused[k_of] * target_factors[h_of])[:, unit]  # (part, undecided)
+        score = contest_fused[k_of] * contest_factors[h_of]
+        np.cumsum((score > target) | ((score == target) & contest_wins[k_of]), axis=1, out=won[:len(part), 1:])
+        counts = won[:len(part), bounds[1:]] - won[:len(part), bounds[:-1]]
+        unit_rank[start:start + step] = np.where(target_present, ahead + counts + 1, 0)
     unit_rank[unit_rank > limit] = 0
     rank = np.zeros((len(settings), len(stack.item)), np.int64)
     rank[:, rows] = unit_rank[pair_of.ravel()[:, None], unit_of[floor_index.ravel()]]
@@ -432,6 +439,32 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
         found[:, stack.key_slots] = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts,
                                                         axis=1) % _ABSENT
     return found.reshape(len(settings), len(stack.plans), stack.width)
+
+
+def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, l_pos: np.ndarray,
+                   insertion: np.ndarray, item: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (unit, item): how many items are ahead of the unit's target under every rrf_k and half-life, and
+    which items' order against it depends on them (`undecided`).
+
+    An item at or before the target in both lists has a fused score at least the target's for every rrf_k
+    (`_Contest`); if moreover its factor is 1 (no positive age) or equal to the target's (the same age), its
+    blended score is at least the target's too (rounding is monotonic), and it is ahead when it also wins an
+    equal score: undecayed against decayed, or as decayed as the target and first in insertion order (an equal
+    fused score then leaves the insertion order to decide). The mirror case is never ahead.
+    """
+    rows = np.arange(len(item))
+    unit_v = np.where(in_v, insertion, _NOT_LISTED)
+    unit_l = np.where(l_pos > 0, l_pos, _NOT_LISTED)
+    at_least = (unit_v <= unit_v[rows, item][:, None]) & (unit_l <= unit_l[rows, item][:, None])
+    at_most = (unit_v >= unit_v[rows, item][:, None]) & (unit_l >= unit_l[rows, item][:, None])
+    target_decayed, target_insertion = decayed[rows, item][:, None], insertion[rows, item][:, None]
+    wins = (decayed < target_decayed) | ((decayed == target_decayed) & (insertion < target_insertion))
+    loses = (decayed > target_decayed) | ((decayed == target_decayed) & (insertion > target_insertion))
+    unit_factor = ~(age_days > 0)  # recency_factor is 1 under every half-life (NaN: not > 0)
+    same_age = age_days == age_days[rows, item][:, None]
+    ahead = others & at_least & wins & (unit_factor | same_age)
+    behind = others & at_most & loses & (unit_factor[rows, item][:, None] | same_age)
+    return ahead.sum(axis=1), others & ~ahead & ~behind
 
 
 def _blend_factors(age_days: np.ndarray, decayed: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
