@@ -192,3 +192,15 @@ def test_an_answer_past_the_size_cap_is_refused_unread(tmp_path):
         http.shutdown()
         http.server_close()
     assert process.memory_info().rss - before < 100_000_000  # 2 x 400 MB read whole would show
+
+
+def test_memory_ages_that_http_cannot_seed_are_a_warning_in_run_json_and_the_report(tmp_path):
+    write_corpus(tmp_path, ages=True)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        outcome = job.run(write_config(tmp_path, "aged", http_backend(server.url, mode="direct")), quiet=True,
+                          output_dir=tmp_path / "out")
+    aged = sum(1 for m in yaml.safe_load((tmp_path / "corpus.yaml").read_text())["memories"] if m.get("age_days"))
+    said = f"{aged} memories have age_days, which cannot be seeded over HTTP"
+    assert aged and any(said in w for w in json.loads((outcome.run_dir / "run.json").read_text())["warnings"])
+    for report in ("report.md", "report.html"):
+        assert said in (outcome.run_dir / report).read_text()
