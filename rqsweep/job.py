@@ -279,6 +279,9 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         if resumed or not remove_if_bare(run_dir):
             progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
         raise
+    if backend.warnings:  # the report reads them from run.json
+        record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])
+        record.write(run_dir)
     prepared = time.monotonic()
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     metadata = table_metadata(inputs, backend.profile)

@@ -52,6 +52,7 @@ class Backend(Protocol):
     name: str
     checkpoint_every: int  # settings per recorded batch: what a crash can cost at most
     profile: dict  # what produced the rankings (`EMBEDDED_PROFILE`, or `ServerProfile.record`)
+    warnings: tuple[str, ...]  # what qualifies its numbers (memory ages a server cannot hold): run.json, the report
 
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame: ...
 

@@ -38,6 +38,7 @@ class EmbeddedBackend:
     """
 
     name = "embedded"
+    warnings: tuple[str, ...] = ()
     ROWS_PER_CHECKPOINT = 1_000_000  # (setting, query) rows a batch holds in memory, and the run's end reads at once
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,

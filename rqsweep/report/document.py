@@ -40,7 +40,7 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     source = (f"Rankings from {describe_profile(run.server_profile)}." if run.server_profile else
               "Rankings from a backend this run did not record (written before rqsweep kept a server profile).")
     return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(source), Paragraph(facts), Paragraph(decision),
-            *held_out]
+            *held_out, *(Paragraph(f"Warning: {w}.") for w in run.warnings)]
 
 
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:

@@ -45,6 +45,11 @@ class RunFolder:
         return self.record.corpus_sha256
 
     @property
+    def warnings(self) -> tuple[str, ...]:
+        """What qualifies the numbers (the golden set's, the backend's: memory ages a server cannot hold)."""
+        return tuple(map(str, self.record.warnings or ()))
+
+    @property
     def run_id(self) -> str:
         return self.grid["run_id"][0]
 

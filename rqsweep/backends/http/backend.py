@@ -17,7 +17,9 @@ from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
 from rqsweep.backends.http.probe import ServerProfile, probe, recheck_results
 from rqsweep.backends.http.replay import Replay
-from rqsweep.backends.http.seed import SEED_FILE, SEED_JOURNAL, IdMap, Journal, listing, seed_corpus
+from rqsweep.backends.http.seed import (
+    SEED_FILE, SEED_JOURNAL, IdMap, Journal, age_warning, listing, seed_corpus,
+)
 from rqsweep.backends.http.spread import SpreadSearches, WorkerSearches
 from rqsweep.config import HttpConfig, JobConfig, KnobSpec, WorkersConfig
 from rqsweep.corpus import Corpus
@@ -37,9 +39,10 @@ class HttpBackend:
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], replay: Replay | None,
                  server: ServerProfile, keys: dict[tuple[str, str], str], log: Log,
-                 spread: SpreadSearches | None = None):
+                 spread: SpreadSearches | None = None, warnings: Sequence[str] = ()):
         """`spread`: direct searches run on a Dask cluster instead of here."""
         self.searcher, self.queries, self.replay, self.server, self.log = searcher, queries, replay, server, log
+        self.warnings = tuple(warnings)
         self.spread = spread
         self.keys = keys  # (source type, server id) -> corpus key, for ranked lists people read
         self.name = "http-replay" if replay else "http-direct"
@@ -259,7 +262,8 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
                 spread = _spread(http, client, searcher, DaskCluster(workers, log), advance)
             else:
                 log("dask: replay mode searches about once per query, here: the cluster is not used")
-        return HttpBackend(searcher, queries, replay, server, keys, log, spread)
+        aged = age_warning(corpus) if corpus is not None else None
+        return HttpBackend(searcher, queries, replay, server, keys, log, spread, [aged] if aged else [])
     except BaseException:
         client.close()
         raise

@@ -148,6 +148,15 @@ def _entry_tags(tags: dict[str, str], dialect: Dialect) -> object:
     return [f"{k}:{v}" for k, v in tags.items()] if dialect.entry_tags_as_list else dict(tags)
 
 
+def age_warning(corpus: Corpus) -> str | None:
+    """What a corpus with memory ages loses over HTTP, or None: the recency blend sees every memory as new."""
+    aged = sum(1 for m in corpus.memories if m.age_days > 0)
+    if not aged:
+        return None
+    return (f"{aged} memories have age_days, which cannot be seeded over HTTP: SOAT stamps updated_at with the "
+            "write time, so the recency blend sees them all as new")
+
+
 def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_id: str | None,
                 default_name: str, log: Callable[[str], None], dialect: Dialect, journal: Journal) -> IdMap:
     """Create (or fill) the project from `corpus` in the server's dialect, recording each write in `journal`
@@ -220,10 +229,8 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
             ids.actions.append({"key": m.key, "action": action, "id": answer["id"]})
             log(f"seed: memory {m.key!r} was {action}, not created (id {answer['id']}): the server judged it a "
                 "near-duplicate; the golden set's expectations on it may not hold")
-    aged = sum(1 for m in corpus.memories if m.age_days > 0)
-    if aged:
-        log(f"seed: {aged} memories have age_days, which cannot be seeded over HTTP: SOAT stamps updated_at "
-            "with the write time")
+    if age_warning(corpus):
+        log(f"seed: {age_warning(corpus)}")
     log(f"seed: {len(ids.documents)} documents, {len(ids.memory_stores)} memory stores, {len(ids.memories)} "
         f"memories ({len(ids.actions)} not created)")
     return ids
