@@ -60,7 +60,7 @@ class RunRecord:
     corpus_sha256: str | None = _start()  # the corpus searched (`Corpus.sha256`: its content, not its file's bytes)
     inputs_sha256: str | None = _start()  # config, sweep, corpus and golden set: `--resume` refuses a change
     versions: dict | None = _start()  # rqsweep, python, numpy, polars, optuna
-    warnings: list | None = _start()  # the golden set's
+    warnings: list | None = _start()  # the golden set's, and the backend's (memory ages HTTP cannot seed)
     embedder: str | None = _start()  # the embedder's label (`backend.embedder`); null over HTTP
     embedders: list | None = _start(when="given")  # a sweep over several embedders: their labels (`embedder_sweep`)
     storage: str | None = _start(when="given")  # an optimise run's study URL, password redacted
