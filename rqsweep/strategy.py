@@ -57,6 +57,7 @@ def batch_seed(seed: int | None, trials: int, worker: str = "") -> int | None:
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # who holds a trial, in storage and optuna-dashboard
+VIOLATION = "violation"  # the one constraint a trial carries: > 0 when the setting breaks any
 STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before the search is deemed settled
 
 
@@ -80,10 +81,12 @@ def _remember(trial: optuna.trial.FrozenTrial, known: dict[str, Scored], counted
 def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored, repeat: bool,
           extra: dict[str, object]) -> None:
     value, constraints = scored
-    for key, c in constraints:
-        trial.set_constraint(key, c)
-    # What the collector reads; the knob values are in the setting id, feasibility in the constraints (which
-    # optuna-dashboard draws), so a trial carries no more.
+    # One constraint: the sum of the violated ones (or, when all are met, the smallest slack). TPE and NSGA-II
+    # read only that sum and feasibility, so they decide as with one value per key, and a trial is not read
+    # ~20 keys at every ask. The keys a setting breaks are in the run's grid (`violations`).
+    values = [c for _, c in constraints]
+    trial.set_constraint(VIOLATION, sum(c for c in values if c > 0) or max(values, default=0.0))
+    # What the collector reads; the knob values are in the setting id, so a trial carries no more.
     for key, v in {"setting_id": knobs.id, "repeat": repeat, **extra}.items():
         trial.set_user_attr(key, v)
     study.tell(trial, value)
