@@ -69,8 +69,8 @@ def with_sweep(inputs, **changes):
     return dataclasses.replace(inputs, config=dataclasses.replace(inputs.config, sweep=sweep))
 
 
-def trials_of(run_dir: Path) -> list:
-    storage = StudyStorage(None, run_dir).optuna
+def trials_of(searched: Sweep) -> list:
+    storage = StudyStorage(None, searched.state.folder).optuna
     return storage.get_all_trials(storage.get_all_studies()[0]._study_id)
 
 
@@ -78,7 +78,7 @@ def floor(searched: Sweep, folder: Path) -> tuple[float, int]:
     """Optuna's floor for a finished search: the same sweep, sampler, storage and attributes, each value looked up
     instead of evaluated. Returns its CPU seconds and its trial count."""
     config = searched.config
-    values = {t.user_attrs["setting_id"]: (t.value, list(t.constraints.items())) for t in trials_of(searched.run_dir)}
+    values = {t.user_attrs["setting_id"]: (t.value, list(t.constraints.items())) for t in trials_of(searched)}
     values[searched.baseline_id] = searched.score([config.baseline])[0]
     identity = StudyIdentity("floor", "objective", {})
     started = time.process_time()
@@ -111,7 +111,7 @@ def bench(config: Path, seeds: int, budget: int) -> dict:
                 folder = Path(tmp) / f"{method}-{seed}".replace(" ", "")
                 found, searched, cpu = run(with_sweep(inputs, n_trials=budget, seed=seed, **changes), backend, folder)
                 out["curves"][method].append(curve(found, objective, budget))
-                trials = len(trials_of(folder))
+                trials = len(trials_of(searched))
                 cost["cpu"].append(cpu)
                 cost["settings"].append(found["setting_id"].n_unique() - 1)
                 cost["trials"].append(trials)
@@ -145,11 +145,12 @@ def table(result: dict) -> str:
     lines += ["", f"{shipped}, seed by seed:", "", f"| seed | best feasible at {result['budget']} | settings to reach "
               "the grid's best | trials (repeats) | search CPU s | Optuna's floor CPU s |",
               "| --- | --- | --- | --- | --- | --- |"]
-    for seed, (c, trials, cpu, floor_cpu, settings) in enumerate(zip(
-            result["curves"][shipped], cost["trials"], cost["cpu"], cost["floor_cpu"], cost["settings"]), 1):
+    for seed, (c, trials, cpu, floor_cpu, floor_trials, settings) in enumerate(zip(
+            result["curves"][shipped], cost["trials"], cost["cpu"], cost["floor_cpu"], cost["floor_trials"],
+            cost["settings"]), 1):
         reach = settings_to_reach(c, target)
         lines.append(f"| {seed} | {c[-1]:.4f} | {'-' if reach is None else reach} | {trials} ({trials - settings}) "
-                     f"| {cpu:.1f} | {floor_cpu:.1f} |")
+                     f"| {cpu:.1f} | {floor_cpu:.1f} ({floor_trials} trials) |")
     lines += ["", "| search | distinct settings | CPU s (median) | distinct settings per CPU-second |",
               "| --- | --- | --- | --- |"]
     rows = [("the grid", result["cost"]["grid"]["settings"], result["cost"]["grid"]["cpu"]),
