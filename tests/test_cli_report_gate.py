@@ -182,3 +182,20 @@ def test_the_packaging_names_the_extras_the_docs_use_and_a_missing_driver_is_nam
     assert main([str(config), "--dry-run", "--storage", "postgresql://rq@db.example/studies"]) == 2
     assert "--storage: 'postgresql://rq@db.example/studies': needs psycopg: pip install 'rqsweep[postgres]'" \
         in capsys.readouterr().err
+
+
+def test_a_study_storage_that_cannot_be_opened_stops_the_run_before_it_and_leaves_no_folder(tmp_path, capsys):
+    import socket
+
+    from tests.minijob import write_job
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = write_job(tmp_path / "job", OPTIMISE)
+    url = f"postgresql://rq:pw-never-shown@127.0.0.1:{port}/studies"
+    assert main([str(config), "--output-dir", str(tmp_path / "out"), "--storage", url, "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert f"cannot open the study storage postgresql://rq:***@127.0.0.1:{port}/studies" in err
+    assert "pw-never-shown" not in err and "Traceback" not in err
+    assert list((tmp_path / "out").rglob("run.json")) == []  # no failed run folder left to clutter results/
