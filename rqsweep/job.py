@@ -131,7 +131,8 @@ class Sweep:
                         [*checked, ("complete", float(means.errors[at]))]))
         return out
 
-    def run(self) -> None:
+    def run(self, storage: StudyStorage | None = None) -> None:
+        """The sweep; an optimise run's study in `storage` (opened already), else in the run folder's journal."""
         sweep = self.config.sweep
         self.baseline_rows()
         if sweep.strategy == "grid":
@@ -139,7 +140,7 @@ class Sweep:
             self.progress.total = len(settings)
             run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
-            self.optimise(StudyStorage(sweep.storage, self.state.folder), coordinator=True)
+            self.optimise(storage or StudyStorage(sweep.storage, self.state.folder), coordinator=True)
 
     def optimise(self, storage: StudyStorage, *, coordinator: bool) -> None:
         """Run (or join, as a worker) the study; with a shared storage, each setting's outcome rides on its trial
@@ -271,6 +272,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         progress.log(f"warning: {w}")
     record.write(run_dir)  # before the backend: a seed it starts can be resumed
     try:
+        # A study's database first: one that cannot be reached stops the run before the index is built.
+        storage = StudyStorage(config.sweep.storage, None) if config.sweep.storage else None
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
                                 advance=progress.part)
@@ -286,7 +289,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     metadata = table_metadata(inputs, backend.profile)
     try:
-        sweep.run()
+        sweep.run(storage)
         evaluated = time.monotonic()
         done = sweep.finish(metadata)
         chosen = done.best or sweep.baseline_id
