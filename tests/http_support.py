@@ -50,13 +50,14 @@ def write_corpus(folder: Path, n_documents: int = 8, n_memories: int = 12, ages:
     (folder / "golden.yaml").write_text(yaml.safe_dump(golden[:20]))
 
 
-def write_config(folder: Path, name: str, backend: dict, sweep: dict | None = None) -> Path:
+def write_config(folder: Path, name: str, backend: dict, sweep: dict | None = None, **extra) -> Path:
+    """A job config over the corpus in `folder`; `extra` keys replace the defaults (`workers`, ...)."""
     config = {
         "name": name, "corpus": "corpus.yaml", "golden": "golden.yaml", "backend": backend,
         "search": {"limit": 10}, "sweep": sweep or SWEEP,
         "baseline": {"rrf_k": 60, "min_similarity": None, "recency_half_life_days": 0},
         "workers": 1, "output_dir": "results",
-    }
+    } | extra
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -84,8 +85,9 @@ def serving(config: Path, *, faults: Faults | None = None, old_server: bool = Fa
 
 
 def comparable(grid: pl.DataFrame) -> pl.DataFrame:
-    """A grid without what differs between runs and backends by design (ids, hashes, tie counts)."""
-    return grid.drop("run_id", "config_sha256", "tie_sensitive").sort("setting_id", "slice")
+    """A grid without what differs between runs and backends by design (ids, hashes, tie counts, the embedder's
+    label: null over HTTP, where the server's embedder is its own)."""
+    return grid.drop("run_id", "embedder", "config_sha256", "tie_sensitive").sort("setting_id", "slice")
 
 
 def leaks(folder: Path, secrets: list[str]) -> list[str]:
