@@ -4,6 +4,7 @@ results and report -> the job -> the command line. No module imports from a late
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rqsweep"
@@ -98,3 +99,12 @@ def test_no_backend_module_imports_another_that_imports_it_back_even_lazily():
     circles = sorted(f"{a} -> {b} -> ... -> {a}" for a, targets in graph.items() for b in targets
                      if b != a and reaches(b, a))
     assert circles == []
+
+
+def test_the_readme_layout_names_every_module_and_package_and_no_other():
+    # The README's layout is the map a newcomer reads: it must not drift from the package.
+    block = (PACKAGE.parent / "README.md").read_text().split("## Layout", 1)[1].split("```", 2)[1]
+    listed = set(re.findall(r"^  ([\w.]+(?:\.py|/))", block, re.M))
+    actual = ({p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+              | {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"})
+    assert (sorted(actual - listed), sorted(listed - actual)) == ([], [])
