@@ -126,3 +126,24 @@ def test_serve_exits_with_the_code_of_its_error(tmp_path, capsys):
     assert "ollama embeddings" in capsys.readouterr().err and not ids.exists()
     assert serve.main([str(tmp_path / "missing.yaml"), "--port", "0"]) == 2  # invalid input
     assert serve.main([str(unreachable), "--port", "0", "--clock", "yesterday"]) == 2
+
+
+def test_serve_preloads_the_corpus_of_a_soat_golden_json(tmp_path):
+    """configs/soat-golden.yaml has no `corpus:`: its golden.json carries the corpus, and --preload loads that."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml"
+    ids = tmp_path / "ids.json"
+    proc = subprocess.Popen([sys.executable, "-m", "rqsweep", "serve", str(config), "--port", "0", "--preload",
+                             str(ids)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert first.startswith("listening on http://127.0.0.1:"), err
+    preloaded = json.loads(ids.read_text())
+    assert len(preloaded["documents"]) == 31 and len(preloaded["memories"]) == 12
