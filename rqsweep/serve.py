@@ -40,6 +40,7 @@ from rqsweep.backends.http.mapping import SEARCH_PATH
 from rqsweep.config import EmbeddedConfig, JobConfig, load_config
 from rqsweep.config import Chunking
 from rqsweep.corpus import load_corpus
+from rqsweep.golden import load_golden
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, KNOBS, Knobs
@@ -568,10 +569,10 @@ def main(argv: list[str]) -> int:
                                             args.slow_seconds, args.fault_all_routes, args.fault_first),
                               die_after=args.die_after, version=args.server_version)
         if args.preload:
-            if config.corpus is None:
-                print("rqsweep serve: --preload needs a config with `corpus:`", file=sys.stderr)
-                return 2
-            corpus = load_corpus(config.corpus, config.corpus_files)
+            # The config's corpus, or the one its golden set carries (SOAT's golden.json, a BEIR folder); a golden
+            # set without one is an InputError saying so.
+            corpus = (load_corpus(config.corpus, config.corpus_files) if config.corpus is not None else
+                      load_golden(config.golden, None, config.golden_rules, config.path).corpus)
             ids = server.store.preload(corpus, _engine(config).chunking, config.name)
             args.preload.write_text(json.dumps(ids, indent=2) + "\n")
         url = server.start(args.host, args.port)
