@@ -121,7 +121,8 @@ class Index:
         now_ms = round(now.timestamp() * 1000)
         chunks = [(d, c) for d in corpus.documents for c in chunk_document(d, chunking)]
         texts = [c.content for _, c in chunks] + [m.content for m in corpus.memories]
-        # Column-major: a sparse query vector (the feature hash's) is estimated from its own columns only.
+        # Column-major: a sparse query vector (the feature hash's) is estimated from its own columns only. The
+        # conversion holds a second copy of the vectors until the embedder's array is dropped.
         vectors = np.asfortranarray(embedder.embed(texts) if texts else np.zeros((0, 1), np.float32))
         n = len(chunks)
         documents = Store(
