@@ -203,6 +203,15 @@ def test_trec_qrels_with_a_topics_file(tmp_path, capsys, topics):
     refused(capsys, config, "qrels.txt: line 2", "query 'q7' is judged but not in topics.txt")
 
 
+@pytest.mark.parametrize("cell", ["--1", "\u00b2", "1.0"])
+def test_a_hand_edited_grade_that_is_no_integer_is_refused_naming_its_line(tmp_path, capsys, cell):
+    # `--1` and `²` pass str.isdigit once a `-` is stripped, and int() then refuses them.
+    (tmp_path / "qrels.txt").write_text(f"d1 0 doc-vpn 3\nt1 0 doc-vpn {cell}\n", encoding="utf-8")
+    (tmp_path / "topics.txt").write_text("d1\tvpn certificate expired\nt1\tVPN-4012\n")
+    config = job(tmp_path, golden={"path": "qrels.txt", "topics": "topics.txt"})
+    refused(capsys, config, "qrels.txt: line 2", f"expected an integer relevance grade, got '{cell}'")
+
+
 def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     (tmp_path / "qrels.txt").write_text("d1 0 doc-vpn 3\nt1 0 doc-vpn 1\n")
     (tmp_path / "topics.txt").write_text("d1\tvpn certificate expired\nt1\tVPN-4012\n")
