@@ -8,7 +8,7 @@ from pathlib import Path
 from rqsweep.corpus import corpus_from_rows
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.golden.rows import Layout, Row, grade, unsupported
+from rqsweep.golden.rows import Layout, Row, grade, is_grade, unsupported
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
 
@@ -75,7 +75,7 @@ def read_beir(folder: Path, split: str) -> Layout:
     where = {}
     for n, line in _lines(qrels_path, qrels_raw):
         cells = line.split("\t")
-        if n == 1 and not cells[-1].strip().lstrip("-").isdigit():
+        if n == 1 and not is_grade(cells[-1]):
             continue  # the header: query-id, corpus-id, score
         if len(cells) != 3:
             raise InputError(qrels_path, f"line {n}", f"expected query-id<TAB>corpus-id<TAB>score, got {shown(line)}")

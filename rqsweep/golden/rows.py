@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +47,14 @@ def text(row: dict, name: str, path: Path, where: str) -> str:
     return value
 
 
+def is_grade(cell: str) -> bool:
+    """An integer grade written as text (`str.isdigit` also takes `²`, which `int` refuses)."""
+    return re.fullmatch(r"\s*-?[0-9]+\s*", cell) is not None
+
+
 def grade(value: object, path: Path, where: str) -> int:
     """A relevance grade: an integer (qrels write them as text)."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and is_grade(value):
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(path, where, f"expected an integer relevance grade, got {shown(value)}")
