@@ -87,25 +87,30 @@ def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, cho
         "query_id", "key", maintain_order=True)
 
 
-def ranked_lists(run_dir: Path) -> tuple[pl.DataFrame, str]:
-    """The ranked lists a run kept (ranked.parquet when it kept every setting's, else hits.parquet) and which."""
-    for name in (RANKED, HITS):
-        if (run_dir / name).exists():
-            return pl.read_parquet(run_dir / name), name
+def ranked_source(run_dir: Path) -> str | None:
+    """Which ranked lists a run kept: ranked.parquet when it kept every setting's, else hits.parquet; None."""
+    return next((name for name in (RANKED, HITS) if (run_dir / name).exists()), None)
+
+
+def ranked_lists(run_dir: Path) -> pl.DataFrame:
+    """The ranked lists a run kept (`ranked_source`), empty when it kept none."""
+    source = ranked_source(run_dir)
+    if source is not None:
+        return pl.read_parquet(run_dir / source)
     return pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "position": pl.Int64,
                                 "key": pl.String, "vector": pl.Int64, "lexical": pl.Int64, "expected": pl.Boolean,
-                                "error": pl.String}), "no ranked lists"
+                                "error": pl.String})
 
 
 def run_label_health(run_dir: Path, baseline: str, chosen: str) -> pl.DataFrame:
-    ranked, _ = ranked_lists(run_dir)
-    return label_health(pl.scan_parquet(run_dir / QUERIES), ranked, baseline, chosen)
+    return label_health(pl.scan_parquet(run_dir / QUERIES), ranked_lists(run_dir), baseline, chosen)
 
 
 def label_health_blocks(run: RunFolder) -> list[Block]:
     stored = run.read(LABEL_HEALTH)
     findings = stored if stored is not None else run_label_health(run.path, run.baseline, run.chosen)
-    _, source = ranked_lists(run.path)
+    # Only the name: ranked.parquet of a `ranked: all` run is large, and the findings above are already read.
+    source = ranked_source(run.path) or "no ranked lists"
     queries = run.slice_rows(run.baseline)["overall"]["queries"]
     counts = {k: findings.filter(pl.col("kind") == k).height for k in KINDS}
     moved = queries - counts["unmoved"] - counts["never_found"]
