@@ -366,8 +366,8 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
     """
     inputs = with_study(load_inputs(config_path), None, storage_url)
     storage = StudyStorage(storage_url, None)
-    attrs = joined_study(storage, study, inputs.sha256, config_path)
     progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
+    attrs = joined_study(storage, study, inputs.sha256, config_path, log=progress.log)
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
         backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
                                 workers=inputs.config.workers if workers is None

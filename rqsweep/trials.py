@@ -3,8 +3,9 @@ Optuna trial, so the coordinator records what any worker evaluated without searc
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import optuna
 import polars as pl
@@ -13,6 +14,11 @@ from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
 from rqsweep.study import StudyStorage
+
+# How long a worker waits for its study to appear (the coordinator creates it after building its index: about
+# 40 s for a large corpus), and how often it looks.
+STUDY_WAIT_SECONDS = 300.0
+STUDY_POLL_SECONDS = 1.0
 
 
 def outcome_attrs(rows: pl.DataFrame, query_ids: Sequence[str]) -> dict:
@@ -48,13 +54,29 @@ def gathered(study: optuna.Study, finished: set[str], query_ids: Sequence[str]) 
         }, schema=OUTCOME_SCHEMA)
 
 
-def joined_study(storage: StudyStorage, study: str, inputs_sha256: str, config_path: Path) -> dict:
+def joined_study(storage: StudyStorage, study: str, inputs_sha256: str, config_path: Path, *,
+                 wait_seconds: float = STUDY_WAIT_SECONDS, log: Callable[[str], None] = lambda _: None) -> dict:
     """The attributes of the study a worker joins; InputError when there is no such study or its inputs are not
-    the worker's (a worker must evaluate what its coordinator does)."""
-    try:
-        attrs = optuna.load_study(study_name=study, storage=storage.optuna).user_attrs
-    except KeyError:
-        raise InputError("--study", "", f"{study!r}: no such study in {storage.describe()}") from None
+    the worker's (a worker must evaluate what its coordinator does).
+
+    A worker may start before its coordinator has created the study (the coordinator builds its index first):
+    it waits up to `wait_seconds` for the study to appear, saying so once."""
+    deadline, waiting = time.monotonic() + wait_seconds, False
+    while True:
+        try:
+            attrs = optuna.load_study(study_name=study, storage=storage.optuna).user_attrs
+            if "inputs_sha256" in attrs:  # the coordinator sets its attributes just after creating the study
+                break
+        except KeyError:
+            pass
+        if time.monotonic() >= deadline:
+            raise InputError("--study", "", f"{study!r}: no such study in {storage.describe()} after waiting "
+                                            f"{wait_seconds:g} s")
+        if not waiting:
+            waiting = True
+            log(f"waiting up to {wait_seconds:g} s for study {study!r} to appear in {storage.describe()} "
+                "(its coordinator creates it once its index is built)")
+        time.sleep(min(STUDY_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
     if attrs.get("inputs_sha256") != inputs_sha256:
         raise InputError(config_path, "", f"differs from the inputs of study {study!r} (config, sweep, corpus or "
                          "golden set): a worker must evaluate what its coordinator does")
