@@ -184,6 +184,18 @@ def test_the_slice_rule_can_be_a_sidecar_file_or_a_pattern_on_the_id(tmp_path, c
     refused(capsys, config, "beir: split: 'dev': no qrels/dev.tsv (splits here: test)")
 
 
+def test_the_golden_sets_hash_covers_its_slice_file(tmp_path):
+    # --resume refuses changed inputs by this hash: a sidecar that moves a query to another slice changes the run.
+    write_beir(tmp_path / "beir")
+    sidecar = tmp_path / "slices.tsv"
+    config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"file": "slices.tsv"}})
+    hashes = []
+    for slice_of_d1 in ("pages", "pages", "tokens"):
+        sidecar.write_text("".join(f"{i}\t{slice_of_d1 if i == 'd1' else 'pages'}\n" for i, _, _, _ in QUERIES))
+        hashes.append(load_inputs(config).golden.sha256)
+    assert hashes[0] == hashes[1] != hashes[2]
+
+
 @pytest.mark.parametrize("topics", [
     "d1\tvpn certificate expired\nt1\tVPN-4012\nx9\tnot judged\n",
     "<top>\n<num> Number: d1\n<title> vpn certificate\nexpired\n<desc> Description:\nwhy.\n</top>\n"
