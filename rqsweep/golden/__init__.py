@@ -17,7 +17,7 @@ from rqsweep.files import read_data
 from rqsweep.golden.model import OVERALL, Expected, GoldenQuery, GoldenSet, SourceType
 from rqsweep.golden.own import read_rows, read_table
 from rqsweep.golden.qrels import read_beir, read_trec
-from rqsweep.golden.rows import FORMATS, Layout, unsupported
+from rqsweep.golden.rows import FORMATS, Layout, read_raw, unsupported
 from rqsweep.golden.slices import assign_slices
 from rqsweep.golden.soat import VERSIONS as SOAT_GOLDEN_VERSIONS
 from rqsweep.golden.soat import read_soat
@@ -34,11 +34,7 @@ def _layout(path: Path, rules: GoldenRules) -> Layout:
         return read_beir(path, rules.split)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
-        return read_table(path, raw)
+        return read_table(path, read_raw(path))
     if suffix in (".qrels", ".txt") and path.is_file():
         raise unsupported(path, "TREC qrels need their topics: golden: {path: QRELS, topics: TOPICS}")
     if suffix not in (".yaml", ".yml", ".json", ".jsonl"):
@@ -66,9 +62,7 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
     if corpus is None:
         raise InputError(path, "", "no corpus: name one in the config (`corpus:`), or use a layout that carries its "
                                    "corpus (SOAT's golden.json, a BEIR folder)")
-    warnings = list(assign_slices(layout.rows, rules.slices, config))
-    if rules.slices is not None and rules.slices.file is not None:
-        layout.raw.append(rules.slices.file.read_bytes())
+    warnings = list(assign_slices(layout, rules.slices, config))
     types = {d.key: "document" for d in corpus.documents} | {m.key: "memory" for m in corpus.memories}
     queries, ids, unjudged = [], {}, []
     for row in layout.rows:

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from rqsweep.errors import InputError, shown
-from rqsweep.golden.rows import Layout, Row, grade, text, unsupported
+from rqsweep.golden.rows import Layout, Row, decode, grade, text, unsupported
 
 FIELDS = ("id", "slice", "query", "expected")
 
@@ -56,11 +56,7 @@ def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
 
 def read_table(path: Path, raw: bytes) -> Layout:
     """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id and slice optional."""
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
-    reader = csv.DictReader(io.StringIO(content, newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in ("query", "expected") if c not in header]
     if missing:

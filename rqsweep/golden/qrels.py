@@ -8,24 +8,13 @@ from pathlib import Path
 from rqsweep.corpus import corpus_from_rows
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.golden.rows import Layout, Row, grade, is_grade, unsupported
+from rqsweep.golden.rows import Layout, Row, decode, grade, is_grade, read_raw, unsupported
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
 
 
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
-
-
 def _lines(path: Path, raw: bytes) -> list[tuple[int, str]]:
-    try:
-        content = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
-    return [(n, line) for n, line in enumerate(content.splitlines(), 1) if line.strip()]
+    return [(n, line) for n, line in enumerate(decode(path, raw).splitlines(), 1) if line.strip()]
 
 
 def _judged(qrels: dict[str, list[tuple[str, int]]], queries: dict[str, tuple[str, dict]], where: dict[str, str],
@@ -70,7 +59,7 @@ def read_beir(folder: Path, split: str) -> Layout:
         if str(q["_id"]) in queries:
             raise InputError(folder / "queries.jsonl", f"line {i + 1}._id", f"duplicate query id {shown(q['_id'])}")
         queries[str(q["_id"])] = (q["text"], {**metadata, **q})
-    qrels_raw = _read(qrels_path)
+    qrels_raw = read_raw(qrels_path)
     qrels: dict[str, list[tuple[str, int]]] = {}
     where = {}
     for n, line in _lines(qrels_path, qrels_raw):
@@ -118,7 +107,7 @@ def _topics(path: Path, raw: bytes) -> dict[str, tuple[str, dict]]:
 
 def read_trec(qrels_path: Path, topics_path: Path) -> Layout:
     """TREC qrels (`query-id iteration doc-id grade` per line) and the topics their queries come from."""
-    qrels_raw, topics_raw = _read(qrels_path), _read(topics_path)
+    qrels_raw, topics_raw = read_raw(qrels_path), read_raw(topics_path)
     qrels: dict[str, list[tuple[str, int]]] = {}
     where = {}
     for n, line in _lines(qrels_path, qrels_raw):

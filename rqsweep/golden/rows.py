@@ -36,6 +36,20 @@ class Layout:
     unjudged: int = 0  # queries of a qrels layout's queries file that its qrels do not judge (not run)
 
 
+def read_raw(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read golden set: {exc.strerror}") from None
+
+
+def decode(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+
+
 def unsupported(path: Path, what: str) -> InputError:
     return InputError(path, "", f"{what}; {FORMATS}")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rqsweep.config import SliceRule
 from rqsweep.errors import InputError, shown
-from rqsweep.golden.rows import Row
+from rqsweep.golden.rows import Layout
 
 SINGLE_SLICE = "all"
 NO_SLICES_WARNING = (f"the golden set has no slices: every query runs as one slice {SINGLE_SLICE!r}. Slices are what "
@@ -16,9 +16,10 @@ NO_SLICES_WARNING = (f"the golden set has no slices: every query runs as one sli
                      "apart): give them a column, or a `golden.slices` rule (field, file or pattern)")
 
 
-def _sidecar(path: Path) -> dict[str, str]:
+def _sidecar(path: Path) -> tuple[bytes, dict[str, str]]:
     try:
-        content = path.read_text(encoding="utf-8-sig")
+        raw = path.read_bytes()
+        content = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"cannot read the slice file: {getattr(exc, 'strerror', None) or exc}") from None
     out = {}
@@ -31,11 +32,13 @@ def _sidecar(path: Path) -> dict[str, str]:
         if qid.strip() in out:
             raise InputError(path, f"line {n}", f"query {shown(qid.strip())} is given a slice twice")
         out[qid.strip()] = slice_.strip()
-    return out
+    return raw, out
 
 
-def assign_slices(rows: list[Row], rule: SliceRule | None, config: Path | None) -> tuple[str, ...]:
-    """Give every row its slice (the rule's, when the config states one); returns the warnings."""
+def assign_slices(layout: Layout, rule: SliceRule | None, config: Path | None) -> tuple[str, ...]:
+    """Give every row its slice (the rule's, when the config states one); returns the warnings. A sidecar file
+    joins the files the layout's hash covers."""
+    rows = layout.rows
     if rule is None:
         if all(r.slice is None for r in rows):
             for r in rows:
@@ -45,7 +48,10 @@ def assign_slices(rows: list[Row], rule: SliceRule | None, config: Path | None) 
             if r.slice is None:
                 raise InputError(r.file, f"{r.where}.slice", "is missing (other queries have one)")
         return ()
-    sidecar = _sidecar(rule.file) if rule.file else None
+    sidecar = None
+    if rule.file:
+        raw, sidecar = _sidecar(rule.file)
+        layout.raw.append(raw)
     pattern = re.compile(rule.pattern) if rule.pattern else None
     for r in rows:
         if sidecar is not None:
