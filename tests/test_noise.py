@@ -75,3 +75,13 @@ def test_a_bound_below_one_query_or_the_mdd_is_said_so():
     below_one, inside = bound_warnings(0.02, SliceNoise("entity", "mrr", 40, 9, 0.2, 0.09), "tolerance")
     assert "below one query's worth (1/40 = 0.025)" in below_one and "allows 0 queries" in inside
     assert bound_warnings(0.2, semantic, "max_drop") == []
+
+
+def test_a_bound_exactly_on_one_querys_worth_or_the_mdd_is_not_warned():
+    # 0.05 is one query's worth of 20 queries and this slice's MDD: a bound that allows exactly one loss, and
+    # that a paired test sizes, sits at the noise, not inside it.
+    assert bound_warnings(0.05, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.05), "max_drop") == []
+    (words,) = bound_warnings(0.05, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.0501), "max_drop")
+    assert "below its minimum detectable difference" in words and words.endswith("allows 1 query to lose a hit")
+    (words,) = bound_warnings(0.0499, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.01), "max_drop")
+    assert "below one query's worth (1/20 = 0.050)" in words
