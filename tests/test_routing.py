@@ -173,3 +173,19 @@ def test_without_cross_validation_there_is_no_routing_and_the_report_says_why(tm
     assert not (out.run_dir / "routing.json").exists()
     assert "Routing held-out gain" not in out.summary
     assert "No routing table: cross-validation is off" in (out.run_dir / "report.md").read_text()
+
+
+def test_the_guard_keeps_a_slice_that_wins_exactly_half_its_folds_whatever_its_pooled_gain():
+    """Slice s: 4 queries in 4 folds; N lifts two by 0.5 and costs the other two 0.1 (slice a pays for N, so the
+    global choice stays the baseline). Without each fold N is still s's own best, and wins the two folds holding
+    a lifted query: 2 of 4 folds, a pooled held-out gain of +0.2, and no strict majority."""
+    queries = golden({"a": 20, "s": 4})
+    s_queries = [q for q in queries["query_id"] if q.startswith("s-")]
+    base = dict.fromkeys(queries["query_id"], 0.5)
+    other = {**base, **{q: 0.4 for q in queries["query_id"] if q.startswith("a-")},
+             s_queries[0]: 1.0, s_queries[1]: 1.0, s_queries[2]: 0.4, s_queries[3]: 0.4}
+    routing = routing_of(per_query(queries, {B: {"mrr": base}, N: {"mrr": other}}))
+    s = routing.routes["s"]
+    assert routing.global_setting == B and s.own == N
+    assert (s.folds_won, s.folds_compared) == (2, 4) and s.guard_gain == pytest.approx(0.2)
+    assert not s.routed and s.setting == B
