@@ -20,14 +20,14 @@ def _second_process_on_the_same_folder(monkeypatch, config):
     seen: dict = {}
     sweep = job.Sweep.run
 
-    def run_with_a_rival(self):
+    def run_with_a_rival(self, *args):
         if seen:  # the rival itself, when it was not refused
-            return sweep(self)
+            return sweep(self, *args)
         before = (self.run_dir / "run.json").read_text()
         seen["run_dir"] = self.run_dir
         seen["code"] = cli.main([str(config), "--quiet", "--resume", str(self.run_dir)])
         seen["run.json unchanged"] = (self.run_dir / "run.json").read_text() == before
-        sweep(self)
+        sweep(self, *args)
 
     monkeypatch.setattr(job.Sweep, "run", run_with_a_rival)
     return seen
