@@ -110,6 +110,13 @@ def _known_fields(row: object, allowed: set[str], file: Path, where: str) -> dic
     return row
 
 
+def age_days(value: object, file: Path, where: str) -> float:
+    """A memory's age in days, as a corpus row or a page's front matter gives it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise InputError(file, where, f"expected a finite number >= 0, got {shown(value)}")
+    return float(value)
+
+
 def corpus_from_rows(documents: object, memories: object, file: Path,
                      where_is: Callable[[str, int], str] = lambda kind, i: f"{kind}[{i}]") -> Corpus:
     """Validate raw document and memory rows (rqsweep's format and SOAT's golden corpus alike); `where_is` names
@@ -128,15 +135,13 @@ def corpus_from_rows(documents: object, memories: object, file: Path,
     for i, row in enumerate(memories):
         where = where_is("memories", i)
         row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
-        age = row.get("age_days", 0)
-        if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < math.inf:
-            raise InputError(file, f"{where}.age_days", f"expected a finite number >= 0, got {shown(age)}")
+        age = age_days(row.get("age_days", 0), file, f"{where}.age_days")
         store = row.get("store", row.get("memory", "default"))
         if not isinstance(store, str) or not store:
             raise InputError(file, f"{where}.store", f"expected a store name, got {shown(store)}")
         mems.append(Memory(
             key=_text(row, "key", file, where), content=_text(row, "content", file, where),
-            store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=float(age),
+            store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=age,
         ))
     for where, item in [(where_is("documents", i), d) for i, d in enumerate(docs)] + [
         (where_is("memories", i), m) for i, m in enumerate(mems)

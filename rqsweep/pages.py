@@ -9,13 +9,12 @@ any day and `--resume` finds its inputs unchanged.
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import datetime
 from pathlib import Path
 
 from rqsweep.config import CorpusFiles, parse_time
-from rqsweep.corpus import Corpus, Document, Memory
+from rqsweep.corpus import Corpus, Document, Memory, age_days
 from rqsweep.errors import InputError, shown
 from rqsweep.files import load_yaml
 
@@ -123,8 +122,6 @@ def read_pages(folder: Path, files: CorpusFiles) -> Corpus:
                 raise InputError(file, "front matter.updated_at", f"{times[file].isoformat()} is after the corpus's "
                                                                   f"as_of {as_of.isoformat()}")
         else:
-            age = meta["age_days"]
-            if isinstance(age, bool) or not isinstance(age, (int, float)) or not 0 <= age < math.inf:
-                raise InputError(file, "front matter.age_days", f"expected a finite number >= 0, got {shown(age)}")
-        memories.append(Memory(key, content, store, tags, float(age)))
+            age = age_days(meta["age_days"], file, "front matter.age_days")
+        memories.append(Memory(key, content, store, tags, age))
     return Corpus(tuple(docs), tuple(memories))
