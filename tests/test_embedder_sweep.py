@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -84,6 +85,18 @@ def test_readers_of_the_union_point_at_each_embedders_run(runs, capsys):
     # `explain` on one embedder's run rebuilds that embedder's index, not the config's first.
     second = Recompute(read_run_folder(both.run_dir / "embedders" / "tiny-hash"))
     assert second.index().embedder.identity == "feature-hash/48"
+
+
+def test_report_on_a_damaged_union_grid_names_the_file(runs, tmp_path, capsys):
+    both, _ = runs
+    copy = tmp_path / both.run_dir.name
+    shutil.copytree(both.run_dir, copy)
+    grid = copy / "grid.parquet"
+    grid.write_bytes(grid.read_bytes()[:200])
+    assert cli.main(["report", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert f"{grid}: damaged: cannot be read as Parquet" in err and "Traceback" not in err
+    shutil.rmtree(copy)  # conftest reads every finished run folder a test leaves
 
 
 def test_resuming_a_finished_run_over_two_embedders_changes_nothing(runs):
