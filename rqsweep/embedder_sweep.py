@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
-from rqsweep.files import write_json, write_parquet, write_parquet_groups, write_text
+from rqsweep.files import reading_parquet, write_json, write_parquet, write_parquet_groups, write_text
 from rqsweep.inputs import Inputs
 from rqsweep.progress import Progress
 from rqsweep.constraints import Robust
@@ -148,8 +148,9 @@ def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
                          f"it with rqsweep CONFIG --resume {run_dir}")
     objective = (info.objective["metric"], info.objective["slice"])
     identities = {label: e["embedder"] for label, e in info.per_embedder.items()}
-    _write_report(run_dir, info.name, info.run_id,
-                  EmbedderSweep(pl.read_parquet(run_dir / GRID), info.baseline, objective, identities))
+    with reading_parquet(run_dir / GRID):
+        grid = pl.read_parquet(run_dir / GRID)
+    _write_report(run_dir, info.name, info.run_id, EmbedderSweep(grid, info.baseline, objective, identities))
     return run_dir / "report.md", run_dir / "report.html"
 
 
