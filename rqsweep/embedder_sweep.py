@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import time
 from datetime import datetime, timezone
@@ -22,14 +21,14 @@ from typing import Callable
 import polars as pl
 import pyarrow.parquet as pq
 
+from rqsweep.constraints import Robust
 from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
-from rqsweep.files import reading_parquet, write_json, write_parquet, write_parquet_groups, write_text
+from rqsweep.files import reading_parquet, write_parquet, write_parquet_groups, write_text
 from rqsweep.inputs import Inputs
 from rqsweep.progress import Progress
-from rqsweep.constraints import Robust
 from rqsweep.report.embedders import EmbedderSweep, blocks
 from rqsweep.report.render import Heading, Paragraph, to_html, to_markdown
-from rqsweep.runfolder import GRID, HITS, QUERIES, RUN_JSON, RunRecord, holding, redact, run_folder_of
+from rqsweep.runfolder import GRID, HITS, QUERIES, RUN_JSON, RunRecord, holding, mark, run_folder_of
 
 EMBEDDERS_FOLDER = "embedders"
 
@@ -54,22 +53,16 @@ def run_embedders(inputs: Inputs, run_one: Callable, progress: Progress, *, work
                          "its own run folder: a shared study storage takes one embedder per config")
     now = now or datetime.now(timezone.utc)
     run_dir, record = run_folder_of(inputs, resume, (output_dir or config.output_dir) / config.name, now)
-    run_id = record.run_id
     labels = [label for label, _ in config.backend.embedders]
-    info = {"run_id": run_id, "name": config.name, "status": "running", "started_at": now.isoformat(),
-            "config_path": os.path.relpath(config.path, run_dir), "config": redact(config.raw),
-            "config_sha256": config.sha256, "golden_sha256": inputs.golden.sha256,
-            "corpus_sha256": inputs.corpus.sha256, "inputs_sha256": inputs.sha256, "embedders": labels,
-            "baseline": config.baseline.id}
+    record = dataclasses.replace(record, embedder=None, embedders=labels)  # several: each run names its own
     with holding(run_dir):
-        write_json(run_dir / RUN_JSON, info)
+        record.write(run_dir)
         try:
-            results = {label: _run_embedder(inputs, label, run_one, progress, run_id, run_dir, workers, now)
+            results = {label: _run_embedder(inputs, label, run_one, progress, record.run_id, run_dir, workers, now)
                        for label in labels}
-            return _finish(run_dir, info, inputs, results)
+            return _finish(run_dir, record, inputs, results)
         except BaseException as exc:
-            write_json(run_dir / RUN_JSON, {**info, "status": "interrupted" if isinstance(exc, KeyboardInterrupt)
-                                              else "failed"})
+            mark(run_dir, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
             if isinstance(exc, KeyboardInterrupt):
                 raise Interrupted(getattr(exc, "signal_number", signal.SIGINT), run_dir, config.path) from None
             raise
@@ -94,7 +87,7 @@ def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progr
     return folder
 
 
-def _finish(run_dir: Path, info: dict, inputs: Inputs, results: dict[str, Path]
+def _finish(run_dir: Path, record: RunRecord, inputs: Inputs, results: dict[str, Path]
             ) -> tuple[Path, pl.DataFrame, str, str, str]:
     config = inputs.config
     grids = {label: pl.read_parquet(folder / GRID) for label, folder in results.items()}
@@ -109,20 +102,18 @@ def _finish(run_dir: Path, info: dict, inputs: Inputs, results: dict[str, Path]
                   metadata)
     objective = (config.objective.metric, config.objective.slice)
     identities = {label: (run.server_profile or {}).get("embedder", "") for label, run in runs.items()}
-    robust = _write_report(run_dir, config.name, info["run_id"],
+    robust = _write_report(run_dir, config.name, record.run_id,
                            EmbedderSweep(grid, config.baseline.id, objective, identities))
-    info.update({
-        "status": "complete", "finished_at": datetime.now(timezone.utc).isoformat(),
-        "objective": {"metric": objective[0], "slice": objective[1]},
-        "per_embedder": {label: {"run_folder": f"{EMBEDDERS_FOLDER}/{label}", "embedder": identities[label],
-                                 "best": (run.best or {}).get("setting_id"),
-                                 "settings": run.settings, "infeasible": run.infeasible}
-                         for label, run in runs.items()},
-        "robust": {"setting_id": robust.setting, "worst_objective": robust.worst,
-                   "feasible_under_every_embedder": robust.feasible_everywhere},
-    })
-    write_json(run_dir / RUN_JSON, info)
-    summary = "\n".join([*(_embedder_line(label, grids[label], info["baseline"], robust.setting, objective)
+    record.finish(
+        objective={"metric": objective[0], "slice": objective[1]}, baseline=config.baseline.id,
+        strategy=config.sweep.strategy, sweep=config.sweep.source, metrics=list(inputs.metrics),
+        per_embedder={label: {"run_folder": f"{EMBEDDERS_FOLDER}/{label}", "embedder": identities[label],
+                              "best": (run.best or {}).get("setting_id"), "settings": run.settings,
+                              "infeasible": run.infeasible} for label, run in runs.items()},
+        robust={"setting_id": robust.setting, "worst_objective": robust.worst,
+                "feasible_under_every_embedder": robust.feasible_everywhere},
+    ).write(run_dir)
+    summary = "\n".join([*(_embedder_line(label, grids[label], config.baseline.id, robust.setting, objective)
                            + f" (run folder {folder})" for label, folder in results.items()),
                          _robust_line(robust, objective)])
     if robust.setting is None:
