@@ -76,7 +76,7 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_i
     from rqsweep import job
     from rqsweep.errors import Interrupted
 
-    def interrupted_in_a_library(self):
+    def interrupted_in_a_library(self, storage=None):
         try:
             raise Interrupted(signal.SIGTERM)
         except KeyboardInterrupt:  # as Optuna's journal lock does when interrupted while releasing
