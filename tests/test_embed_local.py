@@ -14,6 +14,7 @@ import pytest
 from rqsweep import cli, job
 from rqsweep.dry_run import dry_run
 from rqsweep.engine.embed import CachedEmbedder, EmbeddingError, LocalEmbedder
+from rqsweep.engine.embed import local
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError
 from tests.minijob import DOCUMENTS, write_job
@@ -33,7 +34,10 @@ def test_embeds_with_every_socket_refused(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+    # The engine loads once per process: an earlier test's would make this one embed without loading.
+    monkeypatch.setattr(local, "_ENGINES", {})
     vectors = LocalEmbedder(model()).embed(TEXTS)
+    assert list(local._ENGINES) == [(model().path, None)]  # loaded here, under the refusal
     assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     # A semantic model: a paraphrase is nearer its page than an unrelated page is.
