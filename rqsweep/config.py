@@ -143,13 +143,17 @@ class EmbedderConfig:
 @dataclass(frozen=True)
 class EmbeddedConfig:
     kind: ClassVar[str] = "embedded"
-    embedder: EmbedderConfig = EmbedderConfig()
     chunking: Chunking = Chunking()
     tie_order: Literal["postgres", "insertion"] = "postgres"
     cache_dir: Path | None = None
-    # Every embedder the config names, by label (`embedder` is the first): several make an embedder sweep,
-    # one run per embedder (rqsweep/embedder_sweep.py).
+    # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
+    # (rqsweep/embedder_sweep.py).
     embedders: tuple[tuple[str, EmbedderConfig], ...] = (("feature-hash-1024", EmbedderConfig()),)
+
+    @property
+    def embedder(self) -> EmbedderConfig:
+        """The first embedder: the one a run over a single embedder uses."""
+        return self.embedders[0][1]
 
     @property
     def label(self) -> str:
@@ -157,8 +161,7 @@ class EmbeddedConfig:
 
     def only(self, label: str) -> EmbeddedConfig:
         """This config with one of its embedders alone."""
-        embedder = dict(self.embedders)[label]
-        return replace(self, embedder=embedder, embedders=((label, embedder),))
+        return replace(self, embedders=((label, dict(self.embedders)[label]),))
 
 
 @dataclass(frozen=True)
@@ -632,7 +635,7 @@ def _embedded(sec: Section) -> EmbeddedConfig:
         embedders[label] = embedder
     cache = sec.get("cache_dir", str, None)
     return EmbeddedConfig(
-        embedder=next(iter(embedders.values())), chunking=_chunking(sec.section("chunking", {})),
+        chunking=_chunking(sec.section("chunking", {})),
         tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
         cache_dir=(sec.file.parent / cache).resolve() if cache else None,
         embedders=tuple(embedders.items()),
