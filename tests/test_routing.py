@@ -8,7 +8,7 @@ import pytest
 
 from rqsweep.config import Constraint, Validation
 from rqsweep.golden import OVERALL
-from rqsweep.routing import route
+from rqsweep.routing import Route, route
 from rqsweep.validation import FoldSums, assign_folds
 from tests.test_validation import fold_members, golden, per_query
 
@@ -189,3 +189,16 @@ def test_the_guard_keeps_a_slice_that_wins_exactly_half_its_folds_whatever_its_p
     assert routing.global_setting == B and s.own == N
     assert (s.folds_won, s.folds_compared) == (2, 4) and s.guard_gain == pytest.approx(0.2)
     assert not s.routed and s.setting == B
+
+
+def test_a_slice_whose_own_best_only_ties_the_global_setting_stays_on_it_unguarded():
+    """G lifts slice a and is the global choice; T ties G on slice s to the last query and costs a. Among the
+    settings tied on s, the earlier one (T) is s's own best; a tie is no gain, so s keeps G, the guard not run."""
+    queries = golden({"a": 10, "s": 5})
+    base = dict.fromkeys(queries["query_id"], 0.5)
+    lifted = {q: 0.75 for q in queries["query_id"] if q.startswith("s-")}
+    g = {**base, **lifted, **{q: 0.6 for q in queries["query_id"] if q.startswith("a-")}}
+    t = {**base, **lifted, **{q: 0.4 for q in queries["query_id"] if q.startswith("a-")}}
+    routing = routing_of(per_query(queries, {B: {"mrr": base}, X: {"mrr": t}, S: {"mrr": g}}))
+    assert routing.global_setting == S
+    assert routing.routes["s"] == Route(S, S, False, 0, 0, None)
