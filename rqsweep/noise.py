@@ -30,8 +30,13 @@ POWER = 0.80
 
 
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile by the Cornish-Fisher expansion around the normal one (Abramowitz & Stegun
-    26.7.5): within 0.002 of the exact value from 4 degrees of freedom on, closer as they grow."""
+    """Student's t quantile: exact for 1 and 2 degrees of freedom (closed forms), else by the Cornish-Fisher
+    expansion around the normal one (Abramowitz & Stegun 26.7.5), within 0.004 of the exact value at 3 and
+    0.002 from 4 on, closer as they grow. (The expansion is 1.4 short of 12.71 at 1, the slice of 2 queries.)"""
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2 * p - 1) / math.sqrt(2 * p * (1 - p))
     z = NormalDist().inv_cdf(p)
     g1 = (z ** 3 + z) / 4
     g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
