@@ -16,7 +16,7 @@ import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -90,16 +90,14 @@ def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progr
 def _finish(run_dir: Path, record: RunRecord, inputs: Inputs, results: dict[str, Path]
             ) -> tuple[Path, pl.DataFrame, str, str, str]:
     config = inputs.config
-    grids = {label: pl.read_parquet(folder / GRID) for label, folder in results.items()}
+    grids = {label: _table(folder / GRID) for label, folder in results.items()}
     runs = {label: RunRecord.read(folder) for label, folder in results.items()}
     metadata = _metadata(results, runs)
     grid = pl.concat(grids.values())
     write_parquet(run_dir / GRID, grid, metadata)
-    write_parquet_groups(run_dir / QUERIES, (
-        pl.from_arrow(part) for folder in results.values()
-        for part in pq.ParquetFile(folder / QUERIES).iter_batches(batch_size=1 << 20)), metadata)
-    write_parquet(run_dir / HITS, pl.concat(pl.read_parquet(f / HITS) for f in results.values()),
-                  metadata)
+    write_parquet_groups(run_dir / QUERIES, (part for folder in results.values() for part in _batches(folder / QUERIES)),
+                         metadata)
+    write_parquet(run_dir / HITS, pl.concat(_table(f / HITS) for f in results.values()), metadata)
     objective = (config.objective.metric, config.objective.slice)
     identities = {label: (run.server_profile or {}).get("embedder", "") for label, run in runs.items()}
     robust = _write_report(run_dir, config.name, record.run_id,
@@ -139,10 +137,19 @@ def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
                          f"it with rqsweep CONFIG --resume {run_dir}")
     objective = (info.objective["metric"], info.objective["slice"])
     identities = {label: e["embedder"] for label, e in info.per_embedder.items()}
-    with reading_parquet(run_dir / GRID):
-        grid = pl.read_parquet(run_dir / GRID)
-    _write_report(run_dir, info.name, info.run_id, EmbedderSweep(grid, info.baseline, objective, identities))
+    _write_report(run_dir, info.name, info.run_id,
+                  EmbedderSweep(_table(run_dir / GRID), info.baseline, objective, identities))
     return run_dir / "report.md", run_dir / "report.html"
+
+
+def _table(path: Path) -> pl.DataFrame:
+    with reading_parquet(path):
+        return pl.read_parquet(path)
+
+
+def _batches(path: Path) -> Iterator[pl.DataFrame]:
+    with reading_parquet(path):
+        yield from (pl.from_arrow(part) for part in pq.ParquetFile(path).iter_batches(batch_size=1 << 20))
 
 
 def _embedder_line(label: str, grid: pl.DataFrame, baseline: str, robust: str | None,
