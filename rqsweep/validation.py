@@ -263,6 +263,11 @@ def summary_lines(cv: CrossValidation, metric_label: str | None = None) -> list[
                  f"({'as on all queries' if setting == in_sample else f'on all queries: {in_sample}'}); by fold: "
                  + "; ".join(f"{f + 1}: {c or f'nothing feasible, the baseline {cv.baseline} stands'}"
                              for f, c in enumerate(cv.choices)))
+    if gain.held_out_gain is not None and gain.in_sample_gain is not None and gain.held_out_gain > gain.in_sample_gain:
+        lines.append("  The held-out gain is above the in-sample one because the folds did not all make the in-sample "
+                     "choice: a mix of settings, each scored on queries its fold did not see, can beat any one "
+                     "setting on all queries (and a fold may pick a setting the constraints reject on all queries). "
+                     "One setting deployed should be expected to gain no more than the in-sample figure.")
     return lines
 
 

@@ -11,7 +11,7 @@ import pytest
 from rqsweep.config import Constraint, Validation, load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
-from rqsweep.validation import FoldSums, assign_folds, cross_validate, summary_lines
+from rqsweep.validation import CrossValidation, FoldSums, Gain, assign_folds, cross_validate, summary_lines
 from tests.minijob import write_job
 
 B, S, X = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0"  # baseline, steady gain, spike on one fold
@@ -215,3 +215,15 @@ def test_validation_is_optional_and_checked(tmp_path):
         with pytest.raises(InputError) as err:
             load_config(write_job(tmp_path / "bad", validation=value))
         assert err.value.file.endswith("job.yaml") and err.value.where == where and words in err.value.problem
+
+
+@pytest.mark.parametrize("held_out, says_why", [(0.62, True), (0.60, False), (0.55, False)],
+                         ids=["above", "equal", "below"])
+def test_a_held_out_gain_above_the_in_sample_one_says_why(held_out, says_why):
+    # Folds that chose different settings can, as a mix, beat the one in-sample best; equal is no surprise.
+    cv = CrossValidation(2, 0, ("mrr", OVERALL), "k60_moff_h0.0", "k5_moff_h0.0", ("k5_moff_h0.0", "k2_moff_h0.0"),
+                         (5, 5), {OVERALL: {"mrr": Gain(10, 0.5, held_out, 0.60)}})
+    lines = summary_lines(cv, "MRR")
+    assert lines[0].endswith("folds agree on the setting 1 of 2")
+    assert any("above the in-sample one because the folds did not all make the in-sample choice" in line
+               for line in lines) is says_why
