@@ -1,4 +1,5 @@
-"""What the report says, in reading order: the decision first, then how sure, then why, then the costs."""
+"""What the report says, in reading order: the decision, its cost per slice and the plots first, then how sure,
+then why, then the costs, and the per-query detail last."""
 
 from __future__ import annotations
 
@@ -192,8 +193,8 @@ def build(run: RunFolder) -> list[Block]:
     """The report's blocks for one run folder."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
     cv = run_cross_validation(run)
-    return [*_headline(run, cv), *_comparison(run), *_held_out(run, cv),
-            *routing_blocks(run.path, metric_label(run.objective[0])), *_significance(run, cv), *_changed(run),
-            *_knobs(run, tables), *_plots(run, tables), *_infeasible(run), *ladder_blocks(run), *noise_blocks(run),
-            *label_health_blocks(run),
-            *_recency(run)]
+    # The decision, its cost per slice and the plots come first; the per-query detail, widest, comes last.
+    return [*_headline(run, cv), *_comparison(run), *_plots(run, tables), *_held_out(run, cv),
+            *routing_blocks(run.path, metric_label(run.objective[0])), *_significance(run, cv),
+            *_knobs(run, tables), *_infeasible(run), *ladder_blocks(run), *noise_blocks(run), *_recency(run),
+            *label_health_blocks(run), *_changed(run)]

@@ -98,7 +98,8 @@ h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 1.8em; border-bot
 h3 { margin-top: 1.4em; }
 table { border-collapse: collapse; margin: .6em 0; font-size: 14px; font-variant-numeric: tabular-nums; }
 div.table { overflow-x: auto; }
-th, td { padding: .25em .5em; border-bottom: 1px solid #e3e7ee; text-align: left; white-space: nowrap; }
+th, td { padding: .25em .5em; border-bottom: 1px solid #e3e7ee; text-align: left; }
+td { overflow-wrap: anywhere; } td.num { white-space: nowrap; }  /* text wraps so no table outgrows the page */
 th { background: #f3f5f9; font-weight: 600; white-space: normal; vertical-align: bottom; }
 .num { text-align: right; } th.group { text-align: center; border-bottom: 2px solid #c9d0dc; }
 tr.chosen td { font-weight: 700; background: #fff7dc; }
