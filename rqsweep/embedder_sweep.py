@@ -135,8 +135,12 @@ def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
     if not info.complete:
         raise InputError(run_dir / RUN_JSON, "status", f"{info.status!r}: the run is not finished; finish "
                          f"it with rqsweep CONFIG --resume {run_dir}")
-    objective = (info.objective["metric"], info.objective["slice"])
-    identities = {label: e["embedder"] for label, e in info.per_embedder.items()}
+    try:
+        objective = (info.objective["metric"], info.objective["slice"])
+        identities = {label: e["embedder"] for label, e in info.per_embedder.items()}
+    except (AttributeError, KeyError, TypeError) as exc:  # a hand-edited record: its keys are the run's
+        raise InputError(run_dir / RUN_JSON, "", f"damaged ({type(exc).__name__}: {exc}): a finished sweep over "
+                         "several embedders records objective {metric, slice} and per_embedder") from None
     _write_report(run_dir, info.name, info.run_id,
                   EmbedderSweep(_table(run_dir / GRID), info.baseline, objective, identities))
     return run_dir / "report.md", run_dir / "report.html"

@@ -127,3 +127,22 @@ def test_a_shared_study_storage_takes_one_embedder(tmp_path):
     with pytest.raises(InputError, match=r"sweep\.storage: a sweep over several embedders"):
         job.run(config, quiet=True)
     assert yaml.safe_load(config.read_text())["backend"]["embedder"] == TWO
+
+
+def test_a_hand_edited_record_or_routing_file_is_named_not_a_traceback(runs, capsys, tmp_path):
+    both, _ = runs
+    record = json.loads((both.run_dir / "run.json").read_text())
+    try:
+        (both.run_dir / "run.json").write_text(json.dumps({k: v for k, v in record.items() if k != "per_embedder"}))
+        assert cli.main(["report", str(both.run_dir)]) == 2
+        assert f"{both.run_dir / 'run.json'}: damaged" in capsys.readouterr().err
+    finally:
+        (both.run_dir / "run.json").write_text(json.dumps(record))
+    one = both.run_dir / "embedders" / "tiny-hash"
+    routing = (one / "routing.json").read_text()
+    for damaged in (routing[: len(routing) // 2], json.dumps({"slices": {}, "held_out": {}})):
+        (one / "routing.json").write_text(damaged)
+        assert cli.main(["report", str(one)]) == 2
+        err = capsys.readouterr().err
+        assert f"{one / 'routing.json'}: damaged" in err and "Traceback" not in err
+    (one / "routing.json").write_text(routing)

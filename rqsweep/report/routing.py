@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from rqsweep.report.render import Block, Heading, Paragraph, Table
@@ -126,8 +127,16 @@ def routing_blocks(run_dir: Path, metric_label: str) -> list[Block]:
     if data is None:
         return [heading, Paragraph("No routing table: cross-validation is off in this run's config (the guard and "
                                    "the held-out gain need folds), or the run was written before rqsweep kept one.")]
+    try:
+        return [heading, *_routing_section(data, metric_label)]
+    except (KeyError, TypeError, ValueError) as exc:  # a hand-edited file: its keys are the writer's
+        raise InputError(run_dir / ROUTING, "", f"damaged ({type(exc).__name__}: {exc}); run the sweep again to "
+                         "rewrite it") from None
+
+
+def _routing_section(data: dict, metric_label: str) -> list[Block]:
     folds = data["held_out"]["folds"]
-    return [heading, Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
+    return [Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
         f"SOAT's search takes the knobs in each request, so a caller that knows a query's slice can send it the "
         f"slice's own setting ({ROUTING} holds each slice's request fields). A slice's own setting is its best "
         f"feasible one on its own queries, under the constraints covering it (those of other slices and of overall "

@@ -26,6 +26,7 @@ import polars as pl
 from rqsweep import __version__, metrics
 from rqsweep.backends.base import RankedHit
 from rqsweep.constraints import Verdicts
+from rqsweep.errors import InputError
 from rqsweep.files import write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import GoldenSet
 from rqsweep.inputs import Inputs
@@ -99,9 +100,17 @@ def write_routing(run_dir: Path, routing: dict) -> None:
 
 
 def read_routing(run_dir: Path) -> dict | None:
-    """routing.json as written, or None when the run has none (validation off)."""
+    """routing.json as written, or None when the run has none (validation off); InputError when it is damaged."""
     path = run_dir / ROUTING
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(path, "", f"damaged, not valid JSON ({exc}): run the sweep again to rewrite it") from None
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("slices", "held_out")):
+        raise InputError(path, "", "damaged: expected an object with `slices` and `held_out`; run the sweep again")
+    return data
 
 
 def write_ranked(run_dir: Path, per_setting: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> None:
