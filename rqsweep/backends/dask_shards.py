@@ -55,17 +55,27 @@ class DaskShards:
         self.shards: list = [None] * len(self.bounds)
         started = time.monotonic()
         with cluster_errors():
-            for n, i in enumerate(self._each(self._shard, range(len(self.bounds))), 1):
+            for n, i in enumerate(self._each(self._shard, range(len(self.bounds)), fetch=False), 1):
                 log(f"candidates: shard {n}/{len(self.bounds)} on the cluster, {time.monotonic() - started:.0f}s")
 
     def _recover(self) -> None:
         """Forget the inputs the cluster lost with a worker, so the next task sends them again: the index when no
         worker holds it any more, and with it the shards' candidates no worker holds (they cannot be recomputed)."""
-        held = self.client.who_has([f for f in (self.index_future, *self.shards) if f is not None])
+        from distributed.client import FuturesCancelledError
+
+        while True:
+            if self.index_future is not None and self.index_future.status in LOST:
+                self.index_future = None
+            self.shards = [None if s is None or s.status in LOST else s for s in self.shards]
+            try:  # who_has refuses a future cancelled meanwhile: look again
+                held = self.client.who_has([f for f in (self.index_future, *self.shards) if f is not None])
+                break
+            except FuturesCancelledError:
+                continue
         if self.index_future is not None and not held.get(self.index_future.key):
             self.index_future = None
         for i, shard in enumerate(self.shards):
-            if shard is not None and (shard.status in LOST or (self.index_future is None and not held.get(shard.key))):
+            if shard is not None and self.index_future is None and not held.get(shard.key):
                 self.shards[i] = None
 
     def _index(self):
@@ -85,30 +95,45 @@ class DaskShards:
                                                 self.vectors[a:b], self.limit, self.scope, pure=False)
         return self.shards[i]
 
-    def _each(self, task: Callable[[int], object], indices: Sequence[int]) -> Iterator[tuple[int, object]]:
-        """(i, the future of `task(i)`, finished) for each index as it finishes; its value stays on the cluster until
-        asked for. A task cancelled because what it needed died with a worker ('lost dependencies', 'already
-        forgotten') is submitted again, its lost inputs with it; a task's own error is raised here."""
+    def _each(self, task: Callable[[int], object], indices: Sequence[int], fetch: bool = True
+              ) -> Iterator[tuple[int, object]]:
+        """(i, the value of `task(i)`) for each index as it finishes; with `fetch=False`, (i, its finished future),
+        its value left on the cluster. What a worker's death cancels (a task's inputs, before the task is
+        submitted; the task, before it finished or while its value was being fetched: 'lost dependencies',
+        'already forgotten') is sent again, its lost inputs with it; a task's own error is raised here."""
         from distributed import as_completed
-        from distributed.client import FutureCancelledError
+        from distributed.client import FutureCancelledError, FuturesCancelledError
 
-        futures = {task(i): i for i in indices}
-        flow, resubmits = as_completed(futures), 0
+        resubmits = 0
+
+        def recovered(exc: Exception) -> None:
+            nonlocal resubmits
+            resubmits += 1
+            if resubmits > RESUBMITS:
+                raise exc
+            self._recover()
+
+        def submitted(i: int):
+            while True:
+                try:
+                    return task(i)
+                except (FutureCancelledError, FuturesCancelledError) as exc:  # an input died with a worker
+                    recovered(exc)
+
+        self._recover()  # inputs lost since the last call, with a worker that died after it ended
+        futures = {submitted(i): i for i in indices}
+        flow = as_completed(futures)
         for future in flow:
             i = futures.pop(future)
             try:
-                if future.status != "finished":
-                    future.result()
-            except FutureCancelledError:
-                resubmits += 1
-                if resubmits > RESUBMITS:
-                    raise
-                self._recover()
-                retry = task(i)
+                value = future.result() if fetch or future.status != "finished" else None
+            except (FutureCancelledError, FuturesCancelledError) as exc:
+                recovered(exc)
+                retry = submitted(i)
                 futures[retry] = i
                 flow.add(retry)
                 continue
-            yield i, future
+            yield i, value if fetch else future
 
     def score(self, batch: SettingsBatch, advance: Callable[[float], None] = lambda _: None) -> PositionsAndTies:
         """Every query's positions for the batch: one task per shard, where that shard's candidates live.
@@ -118,7 +143,7 @@ class DaskShards:
         with cluster_errors():
             for i, part in self._each(lambda i: self.client.submit(_score_shard, self._shard(i), batch, self.limit,
                                                                    pure=False), range(len(self.bounds))):
-                parts[i] = part.result()
+                parts[i] = part
                 advance(len(batch) * self.shares[i])
         return join_shards(parts)
 
@@ -128,5 +153,5 @@ class DaskShards:
         with cluster_errors():
             for i, part in self._each(lambda i: self.client.submit(_candidates_of, self._shard(i), pure=False),
                                       range(len(self.bounds))):
-                parts[i] = part.result()
+                parts[i] = part
         return [c for part in parts for c in part]
