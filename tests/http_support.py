@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -61,6 +63,20 @@ def write_config(folder: Path, name: str, backend: dict, sweep: dict | None = No
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+class Loopback:
+    """An HTTP server on a free loopback port, answering with `handler` from a thread of its own until `close`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def close(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()
 
 
 EMBEDDED = {"kind": "embedded", "chunking": {"strategy": "size", "chunk_size": 1000, "chunk_overlap": 200}}

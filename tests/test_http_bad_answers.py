@@ -19,7 +19,8 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.http.auth import Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
-from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
+from tests.http_support import (EMBEDDED, PASSWORD, Loopback, comparable, http_backend, serving, write_config,
+                                write_corpus)
 
 SETTINGS = 8  # http_support.SWEEP, the baseline among them
 BAD = {
@@ -48,14 +49,11 @@ class _BadProxy:
         self.seen = dict.fromkeys(answers, 0)
         self.bad = 0
         self._lock = threading.Lock()
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        self._http = Loopback(self._handler())
+        self.url = self._http.url
 
     def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        self._http.close()
 
     def _bad_answer(self, raw: bytes) -> tuple[str, bytes] | None:
         query = json.loads(raw or b"{}").get("query")

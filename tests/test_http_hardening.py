@@ -11,9 +11,8 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Iterator
 
@@ -32,7 +31,7 @@ from rqsweep.errors import BackendError
 from rqsweep.knobs import Knobs
 from rqsweep.scrub import scrub_secrets
 from rqsweep.serve import Faults
-from tests.http_support import (EMBEDDED, PASSWORD, comparable, http_backend, leaks, serving, write_config,
+from tests.http_support import (EMBEDDED, PASSWORD, Loopback, comparable, http_backend, leaks, serving, write_config,
                                 write_corpus)
 
 SETTINGS = 8  # http_support.SWEEP, the baseline among them
@@ -96,14 +95,11 @@ class _EchoingProxy:
         self.upstream, self.echo_query, self.echo_login = upstream, echo_query, echo_login
         self.status = status  # 500: an error body; 200: a malformed search answer quoting the credentials
         self.echoed = 0
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._http.daemon_threads = True
-        threading.Thread(target=self._http.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._http.server_address[1]}"
+        self._http = Loopback(self._handler())
+        self.url = self._http.url
 
     def close(self) -> None:
-        self._http.shutdown()
-        self._http.server_close()
+        self._http.close()
 
     def _echo(self, path: str, raw: bytes) -> bool:
         if path == "/api/v1/users/login":
