@@ -136,15 +136,17 @@ KILL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41
 
 def test_a_worker_killed_mid_batch_changes_nothing_five_times_over(tmp_path):
     """Each of 5 runs loses a worker while it scores a shard of a batch: Dask's lost dependencies (the batch sent to
-    the dead worker, its shards' candidates) are sent and computed again, and the run ends with the local grid."""
+    the dead worker, its shards' candidates) are sent and computed again, and the run ends with the local grid.
+    Each run gets a fresh cluster: whether a nanny brings its killed worker back, and how soon on a loaded machine,
+    is Dask's business, not what is tested here (a shared cluster once waited 60 s in vain for the restart)."""
     from distributed import Client, LocalCluster
 
     serial = job.run(_kill_job(tmp_path / "serial", 1),
                      quiet=True).run_dir
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as monitor:
-        for attempt in range(5):
-            monitor.wait_for_workers(2, timeout=60)
+    for attempt in range(5):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as monitor:
+            monitor.wait_for_workers(2, timeout=120)
             config = _kill_job(tmp_path / f"dask{attempt}",
                                {"backend": "dask", "n": 2, "address": cluster.scheduler_address})
             outcome = {}
@@ -166,9 +168,9 @@ def test_a_worker_killed_mid_batch_changes_nothing_five_times_over(tmp_path):
                         os.kill(killed, signal.SIGKILL)
                         break
             runner.join(300)
-            assert killed is not None, f"attempt {attempt}: no batch was seen running"
-            assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"
-            assert_same_results(outcome["done"].run_dir, serial)
+        assert killed is not None, f"attempt {attempt}: no batch was seen running"
+        assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"
+        assert_same_results(outcome["done"].run_dir, serial)
 
 
 def _kill_job(folder: Path, workers: object) -> Path:
