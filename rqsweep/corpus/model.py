@@ -1,4 +1,5 @@
-"""The corpus SOAT searches: documents (cut into chunks) and memories (short facts with ages)."""
+"""The corpus SOAT searches: documents (cut into chunks) and memories (short facts with ages), from the rows of
+rqsweep's corpus files (YAML, JSON, JSON lines) and of the golden layouts that carry a corpus."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Mapping
 
-from rqsweep.config import Chunking, CorpusFiles
+from rqsweep.config import Chunking
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
 
@@ -152,10 +153,6 @@ def corpus_from_rows(documents: object, memories: object, file: Path,
     return Corpus(tuple(docs), tuple(mems))
 
 
-CORPUS_FORMATS = ("corpora read: rqsweep's file (.yaml, .yml, .json: documents and memories), JSON lines (.jsonl: a "
-                  "document per line, or a memory with source_type memory), a folder of Markdown and plain-text pages")
-
-
 def _corpus_lines(rows: list, file: Path) -> tuple[list, list, Callable[[str, int], str]]:
     """JSON lines of documents and memories: each row a document unless its `source_type` says memory."""
     kinds: dict[str, list] = {"documents": [], "memories": []}
@@ -172,16 +169,8 @@ def _corpus_lines(rows: list, file: Path) -> tuple[list, list, Callable[[str, in
     return kinds["documents"], kinds["memories"], lambda kind, i: f"line {lines[kind][i]}"
 
 
-def load_corpus(path: Path, files: CorpusFiles = CorpusFiles()) -> Corpus:
-    """Read a corpus: rqsweep's file (YAML or JSON with `documents` and `memories`), JSON lines of documents and
-    memories, or a folder of pages (rqsweep.pages)."""
-    if path.is_dir():
-        from rqsweep.pages import read_pages  # the pages' reader builds on this module's rows
-
-        return read_pages(path, files)
-    if path.suffix.lower() not in (".yaml", ".yml", ".json", ".jsonl") and path.exists():
-        raise InputError(path, "", f"{shown(path.suffix or path.name)}: not a corpus layout rqsweep reads; "
-                                   f"{CORPUS_FORMATS}")
+def read_corpus_file(path: Path) -> Corpus:
+    """rqsweep's corpus file: YAML or JSON with `documents` and `memories`, or JSON lines of both."""
     _, data = read_data(path, "corpus")
     if path.suffix.lower() == ".jsonl":
         documents, memories, where_is = _corpus_lines(data, path)

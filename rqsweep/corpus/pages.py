@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rqsweep.config import CorpusFiles, parse_time
-from rqsweep.corpus import Corpus, Document, Memory, age_days
+from rqsweep.corpus.model import Corpus, Document, Memory, age_days
 from rqsweep.errors import InputError, shown
 from rqsweep.files import load_yaml
 
