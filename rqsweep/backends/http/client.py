@@ -8,7 +8,7 @@ once rejected: past the cap the connection is closed unread, and a rejection quo
 that still fails raises `RequestFailed`, which the caller records against its (setting, query). What
 cannot be a per-search accident stops the run with `BackendError`: no connection at all before the server
 ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
-or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later).
+or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later),.
 """
 
 from __future__ import annotations
@@ -120,6 +120,16 @@ def _read_capped(response: httpx.Response, cap: int) -> bytes:
     return bytes(body)
 
 
+def _json_of(content: bytes, response: httpx.Response) -> object:
+    """A 2xx answer's JSON; one sent as server-sent events (MCP's streamable HTTP) is its last `data:` line's."""
+    if _content_type(response).startswith("text/event-stream"):
+        data = [line[5:] for line in content.splitlines() if line.startswith(b"data:")]
+        if not data:
+            raise ValueError("no data in the event stream")
+        content = data[-1]
+    return json.loads(content)
+
+
 def _error_of(response: httpx.Response, content: bytes, scrub: Callable[[str], str]) -> RequestFailed:
     """SOAT's error body `{"error": {"code", "message", "meta"?}}` as an exception, its text passed through
     `scrub`; anything else described."""
@@ -178,7 +188,8 @@ class SoatClient:
 
     def request(self, method: str, path: str, body: object = None, *, params: dict | None = None,
                 idempotent: bool = True, authenticated: bool = True, probing: bool = False,
-                read: Callable[[object], object] | None = None) -> Reply:
+                read: Callable[[object], object] | None = None, headers: dict[str, str] | None = None,
+                credentials_checked: bool = True) -> Reply:
         """One API call with SOAT's error handling; see the module docstring for what is retried.
 
         `read(payload)`: what the caller makes of a 2xx answer's JSON (the reply's body); a RequestFailed it
@@ -189,7 +200,9 @@ class SoatClient:
         connection that cannot be made is an immediate `BackendError`; after that it is retried like any
         transient failure (a dropped connection right after the login is not a dead server). `probing`: a
         4xx answer is what the caller asked to learn (an unknown field, a missing route), not a failure the
-        stats or the breaker count.
+        stats or the breaker count. `credentials_checked=False`: a 401 or 403 is that route's answer (one
+        that takes other credentials than the API's), not a reason to stop the run. `headers` are sent
+        besides the credentials.
         """
         relogged = False
         attempt = 0
@@ -198,9 +211,9 @@ class SoatClient:
                 raise BackendError(self._stopped)
             self.pacer.wait()
             self.stats.add(requests=1)
-            headers = self.session.headers() if authenticated else {}
+            sent = (self.session.headers() if authenticated else {}) | (headers or {})
             try:
-                with self.http.stream(method, path, json=body, params=params, headers=headers) as response:
+                with self.http.stream(method, path, json=body, params=params, headers=sent) as response:
                     self._answered = True
                     content = _read_capped(response, self.max_response_bytes)
             except httpx.TransportError as exc:
@@ -215,7 +228,7 @@ class SoatClient:
                 status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        payload = json.loads(content)
+                        payload = _json_of(content, response)
                         del content  # held no longer than needed: answers can be large
                         payload = payload if read is None else read(payload)
                     except ValueError:
@@ -229,11 +242,12 @@ class SoatClient:
                         return Reply(status, payload, _server_time_ms(response))
                 else:
                     failure = _error_of(response, content, self.scrub)
-                    if status == 401 and authenticated and self.session.can_login and not relogged:
+                    checked = authenticated and credentials_checked
+                    if status == 401 and checked and self.session.can_login and not relogged:
                         relogged = True
                         self.connect()  # the login token expired: log in again, once
                         continue
-                    if status in (401, 403) and authenticated:
+                    if status in (401, 403) and checked:
                         raise BackendError(f"SOAT at {self.base_url} rejected the credentials on {path}: "
                                            f"{failure}") from None
                     retryable = status == 429 or (status >= 500 and idempotent

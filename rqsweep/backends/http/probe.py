@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from rqsweep import __version__
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect, SearchScope, search_body
 from rqsweep.errors import BackendError
@@ -27,6 +28,12 @@ _MAX_PROBES = 4
 REPLAY_FIELDS = ("signals", "similarity_score", "updated_at")
 NOTHING_FOUND = "the probe query found nothing, so no result showed its fields"
 HEALTH_PATH = "/health"
+MCP_PATH = "/mcp"
+# MCP's handshake (JSON-RPC over streamable HTTP): SOAT's answer names the server's release in serverInfo.version.
+_MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "rqsweep", "version": __version__}}}
+_MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class ServerProfile:
     rejected: dict[str, str] = field(default_factory=dict)  # knob -> the server's answer
     replay_missing: str | None = None  # why replay is impossible on this server, or None
     memory_filter_required: bool = False
-    version: str | None = None  # as the server states it (GET /health), if it does
+    version: str | None = None  # as the server states it (MCP initialize, else GET /health), if it does
 
     @property
     def ranking(self) -> str:
@@ -144,7 +151,19 @@ def recheck_results(client: SoatClient, profile: ServerProfile, query: str, scop
 
 
 def _version(client: SoatClient) -> str | None:
-    """The version the server states on its health check, if it states one."""
+    """The version the server states: its MCP `initialize` answer's serverInfo.version (what SOAT releases state),
+    else its health check's `version`; None when neither does. Either route may be missing or refuse the
+    API's credentials: that only leaves the version unknown."""
+    try:
+        answer = client.request("POST", MCP_PATH, _MCP_INITIALIZE, probing=True, headers=_MCP_ACCEPT,
+                                credentials_checked=False).body
+    except RequestFailed:
+        answer = None
+    result = answer.get("result") if isinstance(answer, dict) else None
+    info = result.get("serverInfo") if isinstance(result, dict) else None
+    version = info.get("version") if isinstance(info, dict) else None
+    if isinstance(version, str) and version:
+        return version
     try:
         answer = client.request("GET", HEALTH_PATH, authenticated=False, probing=True).body
     except RequestFailed:
