@@ -51,6 +51,8 @@ MODERN_FIELDS = {"project_id", "query", "limit", *KNOBS, "tags",
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
 FAULT_KINDS = ("500", "429", "slow", "drop")
+# Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts.
+EMBEDDER_FAULT = "embedder"
 LOGIN_PATH = "/api/v1/users/login"
 HEALTH_PATH = "/health"
 PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
@@ -475,6 +477,10 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             if fault == "429":
                 return self._answer(429, {"error": {"code": "RATE_LIMITED", "message": "injected fault"}},
                                     {"Retry-After": str(server.faults.retry_after)})
+            if fault == EMBEDDER_FAULT:
+                time.sleep(server.faults.slow_seconds)
+                return self._answer(502, ApiError(502, "AI_PROVIDER_ERROR", "embedding the query failed: the "
+                                                  "embedding provider is unreachable (injected fault)").body())
             if fault == "slow":
                 time.sleep(server.faults.slow_seconds)
             try:
@@ -519,7 +525,9 @@ def _parser() -> argparse.ArgumentParser:
                         "memory_ids, entry_id, no tags, include flags or signals, memory containers at /memories")
     p.add_argument("--server-version", help="the version GET /health states (default: none)")
     p.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered badly (0..1)")
-    p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma-separated of {', '.join(FAULT_KINDS)}")
+    p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS),
+                   help=f"comma-separated of {', '.join(FAULT_KINDS)} (the default: all of them), {EMBEDDER_FAULT} "
+                        "(a search that fails as SOAT's does with its embedding provider down, after --slow-seconds)")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--fault-all-routes", action="store_true", help="faults on every route, not only search")
     p.add_argument("--fault-first", type=int, default=0, metavar="N",
@@ -551,8 +559,8 @@ def main(argv: list[str]) -> int:
     """Run the server until interrupted; prints its URL (and a generated password) on stdout."""
     args = _parser().parse_args(argv)
     kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
-    if not kinds or set(kinds) - set(FAULT_KINDS) or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
-        print(f"rqsweep serve: --fault-kinds takes {', '.join(FAULT_KINDS)}; --fault-rate 0..1; "
+    if not kinds or set(kinds) - {*FAULT_KINDS, EMBEDDER_FAULT} or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
+        print(f"rqsweep serve: --fault-kinds takes {', '.join((*FAULT_KINDS, EMBEDDER_FAULT))}; --fault-rate 0..1; "
               "--fault-first >= 0", file=sys.stderr)
         return 2
     password = os.environ.get(args.password_env)

@@ -14,8 +14,9 @@ import pytest
 from rqsweep import cli, job, serve
 from rqsweep.backends.http import backend as http_backend_module
 from rqsweep.backends.http.auth import Secret, Target
-from rqsweep.backends.http.client import RequestFailed, SoatClient, retry_after_seconds
-from rqsweep.serve import Faults
+from rqsweep.backends.http.client import EMBEDDER_FAILURES, RequestFailed, SoatClient, retry_after_seconds
+from rqsweep.backends.http.mapping import SEARCH_PATH
+from rqsweep.serve import EMBEDDER_FAULT, Faults, SoatServer
 from tests.http_support import EMBEDDED, PASSWORD, comparable, http_backend, serving, write_config, write_corpus
 
 
@@ -79,6 +80,45 @@ def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_pat
     resumed, uninterrupted = _grid(run_dir), _grid(_run_dir(tmp_path / "out", "whole"))
     assert resumed.drop("golden_sha256").equals(uninterrupted.drop("golden_sha256"))
     assert resumed["setting_id"].n_unique() == 8
+
+
+class _EmbedderDown(Faults):
+    """SOAT's embedding provider down from the search after `after` on: each search fails as SOAT's does, slowly."""
+
+    def __init__(self, server: SoatServer, after: int):
+        super().__init__(kinds=(EMBEDDER_FAULT,), slow_seconds=0.3)
+        self.server, self.after, self.failed = server, after, 0
+
+    def draw(self, path: str) -> str | None:
+        if path != SEARCH_PATH or self.server.searches <= self.after:
+            return None
+        self.failed += 1
+        return EMBEDDER_FAULT
+
+
+@pytest.mark.parametrize("after", [0, 1 + 20 * 3], ids=["from the probe on", "mid-run"])
+def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, after):
+    """Before, each search was retried and the run stopped only on `max_consecutive_failures` final failures
+    (here 20 x 5 attempts of 0.3 s each), saying nothing of the embedder."""
+    write_corpus(tmp_path)
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        config = write_config(tmp_path, "down", http_backend(server.url, mode="direct", retries=4,
+                                                             max_consecutive_failures=20))
+        server.faults = down = _EmbedderDown(server, after)
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+        err = capsys.readouterr().err
+        assert f"SOAT at {server.url} cannot embed: {EMBEDDER_FAILURES} answers in a row said its embedding " \
+               "provider failed (last: HTTP 502 AI_PROVIDER_ERROR: embedding the query failed" in err
+        assert down.failed < EMBEDDER_FAILURES + 4  # the searches in flight (max_in_flight 4) end too
+        assert "Traceback" not in err
+        if not after:  # stopped at the probe, before any search: no run folder to resume is left
+            assert not (tmp_path / "out" / "down").exists() or not any((tmp_path / "out" / "down").iterdir())
+            return
+        run_dir = _run_dir(tmp_path / "out", "down")
+        assert f"continue with: rqsweep {config} --resume {run_dir}" in err
+        server.faults = Faults()  # the provider is back: the run resumes to its end
+        assert cli.main([str(config), "--resume", str(run_dir), "--quiet"]) == 0
+    assert pl.read_parquet(run_dir / "grid.parquet")["errors"].sum() == 0
 
 
 def test_unreachable_server_and_rejected_password_fail_fast_with_exit_3(tmp_path, monkeypatch, capsys):

@@ -8,7 +8,9 @@ once rejected: past the cap the connection is closed unread, and a rejection quo
 that still fails raises `RequestFailed`, which the caller records against its (setting, query). What
 cannot be a per-search accident stops the run with `BackendError`: no connection at all before the server
 ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
-or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later),.
+or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later), or
+`EMBEDDER_FAILURES` answers in a row saying that the server's embedding provider failed (each takes the
+provider's timeouts, about 6 s on SOAT, and every search needs it: resume the run once it embeds again).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _UNREACHABLE = (httpx.ConnectError, httpx.ConnectTimeout)
 # SOAT answers this 503 when no embedding provider is configured: retrying cannot help.
 _PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
+# How SOAT says that its embedding provider failed: newer releases with AI_PROVIDER_ERROR, every release
+# with a message about embedding (or, before any provider is set, EMBEDDING_NOT_CONFIGURED).
+_EMBEDDER_CODES = {"AI_PROVIDER_ERROR", "EMBEDDING_NOT_CONFIGURED"}
+EMBEDDER_FAILURES = 4  # attempts in a row, any request's: a few, so a lone provider hiccup does not stop a run
 # What one answer may hold. A search answer at SOAT's largest limit is a few hundred kB, a listing page less:
 # anything near this is a proxy's or a broken server's, and reading it whole would hold it all in memory.
 MAX_RESPONSE_BYTES = 32_000_000
@@ -145,6 +151,11 @@ def _error_of(response: httpx.Response, content: bytes, scrub: Callable[[str], s
                          response.status_code)
 
 
+def embedder_failed(failure: RequestFailed) -> bool:
+    """Whether a server error says that the server's embedding provider failed."""
+    return (failure.status or 0) >= 500 and (failure.code in _EMBEDDER_CODES or "embed" in str(failure).lower())
+
+
 class SoatClient:
     """Thread-safe client: `request` from any thread, `map` to run many requests `max_in_flight` at a time."""
 
@@ -168,6 +179,7 @@ class SoatClient:
         self.pacer = Pacer(requests_per_second)
         self._failure_lock = threading.Lock()
         self._consecutive_failures = 0
+        self._embedder_failures = 0  # attempts in a row answered with an embedding provider's failure
         self._stopped: str | None = None
         self._answered = reached  # has the server answered anything yet?
         self._jitter = random.Random()
@@ -242,6 +254,7 @@ class SoatClient:
                         return Reply(status, payload, _server_time_ms(response))
                 else:
                     failure = _error_of(response, content, self.scrub)
+                    self._note_embedder(failure)
                     checked = authenticated and credentials_checked
                     if status == 401 and checked and self.session.can_login and not relogged:
                         relogged = True
@@ -294,7 +307,23 @@ class SoatClient:
 
     def _succeeded(self) -> None:
         with self._failure_lock:
-            self._consecutive_failures = 0
+            self._consecutive_failures = self._embedder_failures = 0
+
+    def _note_embedder(self, failure: RequestFailed) -> None:
+        """Count an answer that says the server could not embed; `EMBEDDER_FAILURES` in a row stop the run."""
+        if not embedder_failed(failure):
+            with self._failure_lock:
+                self._embedder_failures = 0
+            return
+        with self._failure_lock:
+            self._embedder_failures += 1
+            if self._embedder_failures >= EMBEDDER_FAILURES and not self._stopped:
+                self._stopped = (f"SOAT at {self.base_url} cannot embed: {self._embedder_failures} answers in a row "
+                                 f"said its embedding provider failed (last: {failure}); stopping: check the "
+                                 "provider it embeds with (SOAT's EMBEDDING_PROVIDER and EMBEDDING_MODEL, and the "
+                                 "provider's own service)")
+        if self._stopped:
+            raise BackendError(self._stopped)
 
     def _failed(self, failure: RequestFailed, path: str) -> None:
         self.stats.add(failures=1)
