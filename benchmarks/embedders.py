@@ -44,7 +44,8 @@ EMBED_ONE = """
 import json, sys, time
 from pathlib import Path
 from rqsweep.backends.embedded import EMBEDDERS
-from rqsweep.config import Chunking, EmbedderConfig
+from rqsweep.backends.embedded_config import EmbedderConfig
+from rqsweep.config import Chunking
 from rqsweep.corpus import chunk_document, load_corpus
 corpus = load_corpus(Path(sys.argv[2]))
 texts = [c.content for d in corpus.documents for c in chunk_document(d, Chunking("size", 1000, 200))]

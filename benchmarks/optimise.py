@@ -34,8 +34,8 @@ import polars as pl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rqsweep.backends import build_backend  # noqa: E402
-from rqsweep.config import _sweep  # noqa: E402
+from rqsweep.backends import BACKENDS, build_backend  # noqa: E402
+from rqsweep.config import _sweep, load_config  # noqa: E402
 from rqsweep.golden import OVERALL  # noqa: E402
 from rqsweep.inputs import load_inputs  # noqa: E402
 from rqsweep.job import Sweep  # noqa: E402
@@ -191,7 +191,7 @@ def main() -> None:
     args = p.parse_args()
     configs = [ROOT / "configs" / "handbook-stand-in.yaml"]
     soat = ROOT / "configs" / "soat-golden.yaml"
-    if (soat.parent / load_inputs.__globals__["load_config"](soat).golden).exists():
+    if (soat.parent / load_config(soat, BACKENDS).golden).exists():
         configs.append(soat)
     else:
         print("SOAT's golden set is absent: configs/soat-golden.yaml skipped", file=sys.stderr)

@@ -7,10 +7,10 @@ import importlib.util
 import math
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, Literal, Mapping, Protocol
 from urllib.parse import urlsplit
 
 from rqsweep.errors import InputError, shown
@@ -123,85 +123,6 @@ class Chunking:
     strategy: Literal["whole", "size"] = "size"
     chunk_size: int = 1000
     chunk_overlap: int = 200
-
-
-@dataclass(frozen=True)
-class EmbedderConfig:
-    kind: Literal["feature-hash", "local", "openai", "ollama"] = "feature-hash"
-    dimensions: int | None = 1024
-    base_url: str | None = None
-    model: str | None = None  # local: a model's name, or a weights file (relative to the config's folder)
-    api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = 64
-    timeout: float = 30.0
-    max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
-    requests_per_second: float | None = None
-    prefixes: str = "query"  # local e5 models: the prefix texts and queries carry (engine/embed/local.py)
-    threads: int | None = None  # local: the engine's threads (None: every core)
-
-
-@dataclass(frozen=True)
-class EmbeddedConfig:
-    kind: ClassVar[str] = "embedded"
-    chunking: Chunking = Chunking()
-    tie_order: Literal["postgres", "insertion"] = "postgres"
-    cache_dir: Path | None = None
-    # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
-    # (rqsweep/embedder_sweep.py).
-    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("feature-hash-1024", EmbedderConfig()),)
-
-    @property
-    def embedder(self) -> EmbedderConfig:
-        """The first embedder: the one a run over a single embedder uses."""
-        return self.embedders[0][1]
-
-    @property
-    def label(self) -> str:
-        return self.embedders[0][0]
-
-    def only(self, label: str) -> EmbeddedConfig:
-        """This config with one of its embedders alone."""
-        return replace(self, embedders=((label, dict(self.embedders)[label]),))
-
-
-@dataclass(frozen=True)
-class SeedConfig:
-    """Seeding the project over HTTP from the config's corpus (`backend.seed`)."""
-
-    project_name: str | None = None  # name of the project to create when no project_id is given
-    chunking: Chunking = Chunking()
-    allow_existing_content: bool = False
-    # The memory stores' near-duplicate threshold: SOAT skips a memory this similar to an existing one (its
-    # default is 0.95), and under a semantic model a corpus's stale and fresh twins are that similar. 1 keeps
-    # every memory but an exact duplicate, as the embedded engine keeps the corpus it is given.
-    duplicate_threshold: float = 1.0
-
-
-@dataclass(frozen=True)
-class HttpConfig:
-    """A running SOAT over HTTP (`backend.kind: http`); see docs/http-backend.md."""
-
-    kind: ClassVar[str] = "http"
-
-    base_url: str | None = None  # else SOAT_BASE_URL, else the profile's baseUrl
-    profile: str | None = None  # ~/.soat/config.json entry; else SOAT_PROFILE, else "default"
-    token: str | None = field(default=None, repr=False)  # else SOAT_TOKEN, else the profile's token
-    username: str | None = None  # log in instead of a token
-    password: str | None = field(default=None, repr=False)  # else SOAT_PASSWORD
-    verify_tls: bool = True
-    project_id: str | None = None
-    ids: Path | None = None  # JSON key -> id map, when the golden set names keys of a corpus seeded elsewhere
-    seed: SeedConfig | None = None
-    mode: Literal["auto", "direct", "replay"] = "auto"
-    replay_limit: int = 100
-    verify: int = 0
-    max_in_flight: int = 8
-    requests_per_second: float | None = None
-    timeout: float = 30.0
-    retries: int = 4
-    backoff: float = 0.5
-    max_consecutive_failures: int = 20
-
 
 
 @dataclass(frozen=True)
@@ -415,7 +336,7 @@ class JobConfig:
     raw: dict
     corpus: Path | None
     golden: Path
-    backend: EmbeddedConfig | HttpConfig
+    backend: Any  # the config of the backend `backend.kind` names, as its own reader made it
     limit: int
     scope: Scope
     sweep: SweepConfig
@@ -617,114 +538,13 @@ def _storage(opt: Section, file: Path) -> str | None:
     return url
 
 
-def _embedded(sec: Section) -> EmbeddedConfig:
-    sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
-    value = sec.data.get("embedder")
-    value = {} if value is None else value
-    if isinstance(value, list) and not value:
-        raise sec.fail("embedder", value, "expected an embedder, or a non-empty list of embedders")
-    sections = ([Section(item, sec.file, sec.where("embedder")) for item in [value]] if not isinstance(value, list)
-                else [Section(item, sec.file, f"{sec.where('embedder')}[{i}]") for i, item in enumerate(value)])
-    embedders: dict[str, EmbedderConfig] = {}
-    for emb in sections:
-        embedder = _embedder(emb)
-        label = emb.get("label", str, default_label(embedder), lambda v: re.fullmatch(r"[A-Za-z0-9._-]+", v) is not None,
-                        "must be letters, digits, '.', '_' or '-' (it names a folder)")
-        if label in embedders:
-            raise emb.fail("label", label, "another embedder has this label: give each a `label` of its own")
-        embedders[label] = embedder
-    cache = sec.get("cache_dir", str, None)
-    return EmbeddedConfig(
-        chunking=_chunking(sec.section("chunking", {})),
-        tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
-        cache_dir=(sec.file.parent / cache).resolve() if cache else None,
-        embedders=tuple(embedders.items()),
-    )
-
-
-def default_label(e: EmbedderConfig) -> str:
-    """An embedder's name in outputs when its config gives none: `feature-hash-1024`, `multilingual-e5-small`,
-    `openai-text-embedding-3-small`."""
-    if e.kind == "feature-hash":
-        return f"feature-hash-{e.dimensions}"
-    name = Path(e.model).stem if e.kind == "local" else f"{e.kind}-{e.model}"
-    suffix = f"-{e.prefixes}" if e.kind == "local" and e.prefixes != "query" else ""
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", name + suffix)
-
-
-def _embedder(emb: Section) -> EmbedderConfig:
-    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "feature-hash")
-    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
-        kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
-               "requests_per_second")))
-    rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
-    embedder = EmbedderConfig(
-        kind=kind,
-        dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
-        base_url=emb.url("base_url"), model=emb.get("model", str, "multilingual-e5-small" if kind == "local" else None),
-        api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
-        batch_size=emb.get("batch_size", int, 32 if kind == "local" else 64, lambda v: v >= 1, "must be >= 1"),
-        timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
-        max_in_flight=emb.get("max_in_flight", int, 1, lambda v: v >= 1, "must be >= 1"),
-        requests_per_second=None if rps is None else float(rps),
-        prefixes=emb.choice("prefixes", ("query", "passage", "query-passage"), "query"),
-        threads=emb.get("threads", int, None, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
-    )
-    if kind in ("openai", "ollama") and embedder.model is None:
-        raise InputError(emb.file, emb.where("model"), f"is required for embedder kind {kind!r}")
-    if kind == "local" and ("/" in embedder.model or embedder.model.endswith(".bin")):
-        # A weights file, not a model's name: relative to the config's folder, as every path in a config is.
-        embedder = replace(embedder, model=str((emb.file.parent / embedder.model).expanduser().resolve()))
-    return embedder
-
-
-def _chunking(ch: Section) -> Chunking:
+def read_chunking(ch: Section) -> Chunking:
+    """`chunking: {strategy, chunk_size, chunk_overlap}`, as the embedded engine and HTTP seeding read it."""
     ch.only("strategy", "chunk_size", "chunk_overlap")
     strategy = ch.choice("strategy", ("whole", "size"), "size")
     size = ch.get("chunk_size", int, 1000, lambda v: v >= 1, "must be >= 1")
     overlap = ch.get("chunk_overlap", int, 200, lambda v: 0 <= v < size, f"must be in [0, chunk_size={size})")
     return Chunking(strategy, size, overlap)
-
-
-def _http(sec: Section) -> HttpConfig:
-    sec.only("kind", "base_url", "profile", "token", "username", "password", "verify_tls", "project_id", "ids",
-             "seed", "mode", "replay_limit", "verify", "max_in_flight", "requests_per_second", "timeout", "retries",
-             "backoff", "max_consecutive_failures")
-    seed_value = sec.data.get("seed", False)
-    seed = None
-    if isinstance(seed_value, dict) or seed_value is True:
-        s = Section({} if seed_value is True else seed_value, sec.file, sec.where("seed"))
-        s.only("project_name", "chunking", "allow_existing_content", "duplicate_threshold")
-        seed = SeedConfig(s.get("project_name", str, None), _chunking(s.section("chunking", {})),
-                          s.get("allow_existing_content", bool, False),
-                          float(s.get("duplicate_threshold", (int, float), 1.0, lambda v: 0 < v <= 1, "must be in (0, 1]")))
-    elif seed_value not in (False, None):
-        raise sec.fail("seed", seed_value, "expected true, false or {project_name, chunking, allow_existing_content, "
-                       "duplicate_threshold}")
-    base_url = sec.url("base_url")
-    username = sec.get("username", str, None)
-    password = sec.get("password", str, None)
-    if password is not None and username is None:
-        raise InputError(sec.file, sec.where("password"), "is only used with `username` (log in)")
-    ids = sec.get("ids", str, None)
-    if ids is not None and seed is not None:
-        raise InputError(sec.file, sec.where("ids"), "give `ids` (a corpus seeded elsewhere) or `seed`, not both")
-    rps = sec.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
-    return HttpConfig(
-        base_url=base_url,
-        profile=sec.get("profile", str, None), token=sec.get("token", str, None), username=username,
-        password=password, verify_tls=sec.get("verify_tls", bool, True), project_id=sec.get("project_id", str, None),
-        ids=(sec.file.parent / ids).resolve() if ids else None, seed=seed,
-        mode=sec.choice("mode", ("auto", "direct", "replay"), "auto"),
-        replay_limit=sec.get("replay_limit", int, 100, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
-        verify=sec.get("verify", int, 0, lambda v: v >= 0, "must be >= 0"),
-        max_in_flight=sec.get("max_in_flight", int, 8, lambda v: v >= 1, "must be >= 1"),
-        requests_per_second=None if rps is None else float(rps),
-        timeout=sec.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0 seconds"),
-        retries=sec.get("retries", int, 4, lambda v: v >= 0, "must be >= 0"),
-        backoff=sec.get("backoff", (int, float), 0.5, lambda v: v >= 0, "must be >= 0 seconds"),
-        max_consecutive_failures=sec.get("max_consecutive_failures", int, 20, lambda v: v >= 1, "must be >= 1"),
-    )
 
 
 def _scope(sec: Section) -> Scope:
@@ -746,8 +566,17 @@ def _scope(sec: Section) -> Scope:
                  names("document_paths"), names("document_keys"))
 
 
-def load_config(path: Path) -> JobConfig:
-    """Read and validate a job config; relative paths in it are relative to the config file."""
+class BackendReader(Protocol):
+    """What the config needs of a backend kind (`rqsweep.backends.BackendKind`): a reader of its section."""
+
+    read: Callable[[Section], Any]
+
+
+def load_config(path: Path, backends: Mapping[str, BackendReader]) -> JobConfig:
+    """Read and validate a job config; relative paths in it are relative to the config file.
+
+    `backends` (`rqsweep.backends.BACKENDS`) reads the `backend:` section: `kind` is one of its keys, the first by
+    default, and that entry's reader reads the rest, so every error still comes here, before any search."""
     path = Path(path)
     raw_bytes, data = read_data(path, "config")
     top = Section(data, path, "").only(
@@ -758,8 +587,9 @@ def load_config(path: Path) -> JobConfig:
     base = path.parent
     corpus, corpus_files = _corpus(top, base)
     golden, golden_rules = _golden(top, base)
-    backend = top.section("backend", {"kind": "embedded"})
-    kind = backend.choice("kind", ("embedded", "http"), "embedded")
+    default_kind = next(iter(backends))
+    backend = top.section("backend", {"kind": default_kind})
+    kind = backend.choice("kind", tuple(backends), default_kind)
     search = top.section("search", {}).only(
         "limit", "tags", "include_documents", "include_memories", "memory_stores", "document_paths", "document_keys")
     sweep_value = top.data.get("sweep")
@@ -777,7 +607,7 @@ def load_config(path: Path) -> JobConfig:
         path=path.resolve(), sha256=hashlib.sha256(raw_bytes).hexdigest(), raw=data,
         corpus=corpus,
         golden=golden,
-        backend=_embedded(backend) if kind == "embedded" else _http(backend),
+        backend=backends[kind].read(backend),
         limit=search.get("limit", int, 10, lambda v: 1 <= v <= 100, "SOAT caps limit to 1..100"),
         scope=_scope(search),
         sweep=_sweep(sweep_value, path),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from rqsweep import metrics
+from rqsweep.backends import BACKENDS
 from rqsweep.config import JobConfig, load_config, storage_url_problem
 from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.engine.embed.local import installed_models, resolve_model
@@ -79,7 +80,7 @@ def _check_relevance_level(golden: GoldenSet, config: JobConfig) -> GoldenSet:
 
 def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: None) -> Inputs:
     """Read and cross-check everything a run needs before any search is made."""
-    config = load_config(config_path)
+    config = load_config(config_path, BACKENDS)
     names = _metric_names(config)
     corpus = load_corpus(config.corpus, config.corpus_files) if config.corpus else None
     size = config.golden.stat().st_size if config.golden.is_file() else 0

@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
+from rqsweep.backends import BACKENDS
+from rqsweep.backends.embedded_config import EmbeddedConfig
 from rqsweep.backends.http.mapping import SEARCH_PATH
-from rqsweep.config import EmbeddedConfig, JobConfig, load_config
-from rqsweep.config import Chunking
+from rqsweep.config import Chunking, JobConfig, load_config
 from rqsweep.corpus import load_corpus
 from rqsweep.golden import load_golden
 from rqsweep.engine.index import clamp_limit
@@ -571,7 +572,7 @@ def main(argv: list[str]) -> int:
         clock = datetime.fromisoformat(args.clock) if args.clock else None
         if clock is not None and clock.tzinfo is None:
             clock = clock.replace(tzinfo=timezone.utc)
-        config = load_config(args.config)
+        config = load_config(args.config, BACKENDS)
         server = build_server(config, clock=clock, accounts=accounts, old_server=args.old_server,
                               faults=Faults(args.fault_rate, kinds, args.fault_seed, args.retry_after,
                                             args.slow_seconds, args.fault_all_routes, args.fault_first),

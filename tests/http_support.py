@@ -14,6 +14,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import yaml
 
+from rqsweep.backends import BACKENDS
 from rqsweep.config import load_config
 from rqsweep.serve import Accounts, Faults, SoatServer, build_server
 
@@ -91,7 +92,7 @@ def http_backend(url: str, **extra) -> dict:
 @contextlib.contextmanager
 def serving(config: Path, *, faults: Faults | None = None, old_server: bool = False,
             clock: datetime = CLOCK) -> Iterator[SoatServer]:
-    server = build_server(load_config(config), clock=clock, accounts=Accounts("admin", PASSWORD), old_server=old_server,
+    server = build_server(load_config(config, BACKENDS), clock=clock, accounts=Accounts("admin", PASSWORD), old_server=old_server,
                           faults=faults)
     server.start()
     try:

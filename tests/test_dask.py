@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from rqsweep import job
+from rqsweep.backends import BACKENDS
 from rqsweep.config import WorkersConfig, load_config
 from rqsweep.errors import InputError
 from rqsweep.progress import Progress
@@ -65,11 +66,11 @@ def handbook_reference(tmp_path_factory):
 
 
 def test_workers_accepts_the_integer_and_the_mapping(tmp_path):
-    assert load_config(write_job(tmp_path / "a", workers=3)).workers == WorkersConfig("loky", 3)
+    assert load_config(write_job(tmp_path / "a", workers=3), BACKENDS).workers == WorkersConfig("loky", 3)
     config = load_config(write_job(tmp_path / "b", workers={"backend": "dask", "n": 2,
-                                                             "address": "tcp://10.1.2.3:8786"}))
+                                                             "address": "tcp://10.1.2.3:8786"}), BACKENDS)
     assert config.workers == WorkersConfig("dask", 2, "tcp://10.1.2.3:8786")
-    assert load_config(write_job(tmp_path / "c", workers={"backend": "dask"})).workers == WorkersConfig("dask", 1)
+    assert load_config(write_job(tmp_path / "c", workers={"backend": "dask"}), BACKENDS).workers == WorkersConfig("dask", 1)
 
 
 @pytest.mark.parametrize("workers, where, problem", [
@@ -83,7 +84,7 @@ def test_workers_accepts_the_integer_and_the_mapping(tmp_path):
 def test_bad_workers_name_file_key_and_value(tmp_path, workers, where, problem):
     path = write_job(tmp_path, workers=workers)
     with pytest.raises(InputError) as caught:
-        load_config(path)
+        load_config(path, BACKENDS)
     assert caught.value.file == str(path) and caught.value.where == where and problem in caught.value.problem
 
 

@@ -107,6 +107,7 @@ def test_a_remote_provider_embeds_over_the_cluster_within_its_limits(tmp_path, p
     ({"requests_per_second": 0}, "backend.embedder.requests_per_second", "0: must be > 0"),
 ])
 def test_bad_provider_limits_name_file_key_and_value(tmp_path, limits, where, problem):
+    from rqsweep.backends import BACKENDS
     from rqsweep.config import load_config
     from rqsweep.errors import InputError
 
@@ -115,5 +116,5 @@ def test_bad_provider_limits_name_file_key_and_value(tmp_path, limits, where, pr
     config["backend"]["embedder"] = {"kind": "ollama", "model": "m"} | limits
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(InputError) as caught:
-        load_config(path)
+        load_config(path, BACKENDS)
     assert caught.value.where == where and problem in caught.value.problem

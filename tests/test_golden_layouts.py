@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rqsweep.cli import main
+from rqsweep.backends import BACKENDS
 from rqsweep.config import load_config
 from rqsweep.inputs import load_inputs
 from tests.minijob import DOCUMENTS, MEMORIES, QUERIES, write_job
@@ -125,7 +126,7 @@ def test_soat_golden_json_of_versions_1_and_3_in_the_inline_layout_runs(tmp_path
 
 
 def test_the_shared_soat_golden_set_reads():
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml")
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml", BACKENDS)
     inputs = load_inputs(config.path)
     assert inputs.golden.layout == "SOAT golden.json v1" and len(inputs.golden.queries) == 50
 

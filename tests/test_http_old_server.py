@@ -29,7 +29,7 @@ from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import SoatClient
 from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect
 from rqsweep.backends.http.seed import IdMap, Journal, seed_corpus
-from rqsweep.config import SeedConfig
+from rqsweep.backends.http.config import SeedConfig
 from rqsweep.corpus import load_corpus
 from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, write_config, write_corpus
 

@@ -11,7 +11,7 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.embedded import build_embedder
 from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, ResponseShapeError, parse_hits
-from rqsweep.config import EmbeddedConfig
+from rqsweep.backends.embedded_config import EmbeddedConfig
 from rqsweep.corpus import Chunking, chunk_document, load_corpus
 from rqsweep.engine.cosine import cosine_distance
 from rqsweep.knobs import Knobs

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from rqsweep import cli
+from rqsweep.backends import BACKENDS
 from rqsweep.backends.http.auth import resolve_target
-from rqsweep.config import HttpConfig, load_config
+from rqsweep.backends.http.config import HttpConfig
+from rqsweep.config import load_config
 from rqsweep.corpus import Chunking, load_corpus
 from rqsweep.errors import InputError
 from rqsweep.serve import Accounts
@@ -88,7 +90,7 @@ def test_a_base_url_with_a_secret_is_refused_at_config_time_without_echoing_it(t
     write_corpus(tmp_path)
     config = write_config(tmp_path, "leaky", {"kind": "http", "base_url": url})
     with pytest.raises(InputError) as exc:
-        load_config(config)
+        load_config(config, BACKENDS)
     assert exc.value.where == "backend.base_url" and secret not in str(exc.value)
     assert cli.main([str(config), "--output-dir", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err

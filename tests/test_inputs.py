@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from rqsweep import job
+from rqsweep.backends import BACKENDS
 from rqsweep.config import load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import load_golden
@@ -84,7 +85,7 @@ def test_yaml_syntax_error_names_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     path.write_text("name: [unclosed\n")
     with pytest.raises(InputError, match="broken.yaml: not valid YAML"):
-        load_config(path)
+        load_config(path, BACKENDS)
 
 
 def test_expected_key_missing_from_the_corpus(tmp_path):
@@ -177,7 +178,7 @@ def test_grid_values_and_setting_ids():
 def test_include_off_with_values_adds_the_off_value_to_the_list(tmp_path):
     sweep = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.2, 0.4], "include_off": True},
                                            "recency_half_life_days": {"values": [0, 7], "include_off": True}}}
-    config = load_config(write_job(tmp_path, sweep=sweep))
+    config = load_config(write_job(tmp_path, sweep=sweep), BACKENDS)
     assert config.sweep.knobs["min_similarity"].values == (None, 0.2, 0.4)
     assert config.sweep.knobs["recency_half_life_days"].values == (0.0, 7.0)  # off already listed: once
     assert len(grid(config.sweep, config.baseline)) == 6
@@ -207,11 +208,11 @@ def test_gp_sampler_without_torch_is_a_clear_config_error(tmp_path):
 
 def test_shipped_sweeps_resolve_from_any_folder_and_a_sweeps_folder_beside_the_config_wins(tmp_path, capsys):
     from rqsweep.cli import main
-    from rqsweep.config import SHIPPED_SWEEPS, load_config
+    from rqsweep.config import SHIPPED_SWEEPS
     from tests.minijob import write_job
 
     config = write_job(tmp_path / "team-repo", sweep="rrf-k-only")
-    assert load_config(config).sweep.knobs["rrf_k"].high == 200  # the shipped file, outside this repository
+    assert load_config(config, BACKENDS).sweep.knobs["rrf_k"].high == 200  # the shipped file, outside this repository
     assert main(["sweeps"]) == 0
     listed = capsys.readouterr().out
     assert {line.split()[0] for line in listed.splitlines()} == {p.stem for p in SHIPPED_SWEEPS.glob("*.yaml")}
@@ -219,6 +220,6 @@ def test_shipped_sweeps_resolve_from_any_folder_and_a_sweeps_folder_beside_the_c
     (tmp_path / "team-repo" / "sweeps").mkdir()
     (tmp_path / "team-repo" / "sweeps" / "rrf-k-only.yaml").write_text(
         "description: ours\nstrategy: grid\nknobs:\n  rrf_k: {values: [1, 60]}\n")
-    assert load_config(config).sweep.knobs["rrf_k"].values == (1, 60)
+    assert load_config(config, BACKENDS).sweep.knobs["rrf_k"].values == (1, 60)
     assert main(["sweeps", str(config)]) == 0
     assert f"rrf-k-only     ours  ({tmp_path / 'team-repo' / 'sweeps' / 'rrf-k-only.yaml'})" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from rqsweep.backends import BACKENDS
 from rqsweep.config import Constraint, Validation, load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
@@ -203,17 +204,17 @@ def test_the_vectorised_folds_choose_what_choose_best_chooses_over_every_setting
 
 
 def test_validation_is_optional_and_checked(tmp_path):
-    assert load_config(write_job(tmp_path / "default")).validation == Validation(5, 0)
-    assert load_config(write_job(tmp_path / "off", validation=False)).validation is None
-    assert load_config(write_job(tmp_path / "zero", validation={"folds": 0})).validation is None
-    assert load_config(write_job(tmp_path / "ten", validation={"folds": 10, "seed": 4})).validation == Validation(10, 4)
+    assert load_config(write_job(tmp_path / "default"), BACKENDS).validation == Validation(5, 0)
+    assert load_config(write_job(tmp_path / "off", validation=False), BACKENDS).validation is None
+    assert load_config(write_job(tmp_path / "zero", validation={"folds": 0}), BACKENDS).validation is None
+    assert load_config(write_job(tmp_path / "ten", validation={"folds": 10, "seed": 4}), BACKENDS).validation == Validation(10, 4)
     for value, where, words in [({"folds": 1}, "validation.folds", "1: must be >= 2"),
                                 ({"folds": "5"}, "validation.folds", "'5': expected int"),
                                 ({"seed": -1}, "validation.seed", "-1: must be >= 0"),
                                 ({"fold": 5}, "validation.fold", "unknown key"),
                                 (3, "validation", "expected a mapping")]:
         with pytest.raises(InputError) as err:
-            load_config(write_job(tmp_path / "bad", validation=value))
+            load_config(write_job(tmp_path / "bad", validation=value), BACKENDS)
         assert err.value.file.endswith("job.yaml") and err.value.where == where and words in err.value.problem
 
 

@@ -1,5 +1,7 @@
-"""Where rankings come from, one backend per `backend.kind` in a config.
+"""Where rankings come from, one backend per `backend.kind` in a config, each one entry of `BACKENDS`: the reader
+of its `backend:` section (a light module of its own), its builder and what its searches cost.
 
+    config = load_config(path, BACKENDS)
     backend = build_backend(config, golden, corpus, workers=1, log=print)
     rows = backend.evaluate(settings)   # positions of the expected items, per (setting, query)
 """
@@ -11,7 +13,9 @@ from pathlib import Path
 from typing import Callable
 
 from rqsweep.backends.base import OUTCOME_SCHEMA, Backend, RankedHit
-from rqsweep.config import JobConfig
+from rqsweep.backends.embedded_config import read_embedded
+from rqsweep.backends.http.config import read_http
+from rqsweep.config import JobConfig, Section
 from rqsweep.corpus import Corpus
 from rqsweep.golden import GoldenSet
 
@@ -21,6 +25,7 @@ Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, ru
 
 @dataclass(frozen=True)
 class BackendKind:
+    read: Callable[[Section], object]  # the `backend:` section -> this backend's config (`JobConfig.backend`)
     build: Builder
     searches: str  # what a (setting x query) evaluation costs, for --dry-run
 
@@ -32,15 +37,17 @@ def _embedded(*args, **kwargs) -> Backend:
 
 
 def _http(*args, **kwargs) -> Backend:
-    from rqsweep.backends.http import build_http_backend
+    from rqsweep.backends.http.backend import build_http_backend
 
     return build_http_backend(*args, **kwargs)
 
 
-# Imported lazily: a run on one backend does not load the other's dependencies.
+# Builders are imported lazily: a run on one backend does not load the other's dependencies. The first is the
+# default kind.
 BACKENDS = {
-    "embedded": BackendKind(_embedded, "on the embedded backend, one candidate extraction per query"),
-    "http": BackendKind(_http, "over HTTP, one search each in direct mode, about one per query in replay mode"),
+    "embedded": BackendKind(read_embedded, _embedded, "on the embedded backend, one candidate extraction per query"),
+    "http": BackendKind(read_http, _http,
+                        "over HTTP, one search each in direct mode, about one per query in replay mode"),
 }
 
 
@@ -52,4 +59,4 @@ def build_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *
                                                advance=advance)
 
 
-__all__ = ["BACKENDS", "OUTCOME_SCHEMA", "Backend", "RankedHit", "build_backend"]
+__all__ = ["BACKENDS", "OUTCOME_SCHEMA", "Backend", "BackendKind", "RankedHit", "build_backend"]

@@ -12,8 +12,9 @@ import polars as pl
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
+from rqsweep.backends.embedded_config import EmbeddedConfig, EmbedderConfig
 from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
-from rqsweep.config import EmbeddedConfig, EmbedderConfig, JobConfig, WorkersConfig
+from rqsweep.config import JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import BothOrders, SettingsBatch, stack_both_orders
 from rqsweep.engine.channels import Candidates

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from rqsweep.config import HttpConfig, url_problem
+from rqsweep.backends.http.config import HttpConfig
+from rqsweep.config import url_problem
 from rqsweep.errors import BackendError, InputError
 from rqsweep.files import read_data
 

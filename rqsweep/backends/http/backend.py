@@ -13,6 +13,7 @@ from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.http.auth import resolve_target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.config import HttpConfig
 from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
 from rqsweep.backends.http.probe import ServerProfile, probe, recheck_results
@@ -21,7 +22,7 @@ from rqsweep.backends.http.seed import (
     SEED_FILE, SEED_JOURNAL, IdMap, Journal, age_warning, listing, seed_corpus,
 )
 from rqsweep.backends.http.spread import SpreadSearches, WorkerSearches
-from rqsweep.config import HttpConfig, JobConfig, KnobSpec, WorkersConfig
+from rqsweep.config import JobConfig, KnobSpec, WorkersConfig
 from rqsweep.corpus import Corpus
 from rqsweep.scope import Scope
 from rqsweep.errors import BackendError, InputError

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.config import SeedConfig
 from rqsweep.backends.http.mapping import Dialect
-from rqsweep.config import SeedConfig
 from rqsweep.corpus import Corpus
 from rqsweep.errors import BackendError, InputError
 from rqsweep.files import read_data
