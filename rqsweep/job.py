@@ -37,7 +37,6 @@ from rqsweep.runfolder.record import setting_summary
 from rqsweep.runfolder.tables import (Stamp, golden_table, grid_table, hits_table, knobs_of, query_table,
                                       setting_knobs, table_metadata, write_grid, write_hits, write_queries,
                                       write_label_health, write_ranked, write_routing, write_settings)
-from rqsweep.settings_table import settings_table
 from rqsweep.space import grid
 from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
@@ -305,8 +304,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         backend.close()
     write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
-    write_settings(run_dir, settings_table(done.grid, (config.objective.metric, config.objective.slice),
-                                           inputs.metrics), metadata)
+    write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
     label = metrics.get(config.objective.metric).label
     held_out = [] if done.validation is None else summary_lines(done.validation, label)
     if done.routing is not None:

@@ -7,7 +7,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from rqsweep import job
-from rqsweep.settings_table import settings_table
+from rqsweep.runfolder.settings import settings_table
 from tests.minijob import write_job
 
 METRICS = ["recall_at_5", "recall_at_10", "mrr"]

@@ -23,7 +23,8 @@ from pathlib import Path
 import polars as pl
 
 from rqsweep.report.render import Block, Heading, Paragraph, Table
-from rqsweep.runfolder import HITS, LABEL_HEALTH, QUERIES, RANKED, RunFolder
+from rqsweep.runfolder import LABEL_HEALTH, RunFolder
+from rqsweep.runfolder.tables import ranked_source, read_ranked_lists, scan_queries
 
 KINDS = ("never_found", "unmoved", "tie_sensitive", "suspect_unlabelled")
 SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query": pl.String,
@@ -87,23 +88,9 @@ def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, cho
         "query_id", "key", maintain_order=True)
 
 
-def ranked_source(run_dir: Path) -> str | None:
-    """Which ranked lists a run kept: ranked.parquet when it kept every setting's, else hits.parquet; None."""
-    return next((name for name in (RANKED, HITS) if (run_dir / name).exists()), None)
-
-
-def ranked_lists(run_dir: Path) -> pl.DataFrame:
-    """The ranked lists a run kept (`ranked_source`), empty when it kept none."""
-    source = ranked_source(run_dir)
-    if source is not None:
-        return pl.read_parquet(run_dir / source)
-    return pl.DataFrame(schema={"setting_id": pl.String, "query_id": pl.String, "position": pl.Int64,
-                                "key": pl.String, "vector": pl.Int64, "lexical": pl.Int64, "expected": pl.Boolean,
-                                "error": pl.String})
-
-
 def run_label_health(run_dir: Path, baseline: str, chosen: str) -> pl.DataFrame:
-    return label_health(pl.scan_parquet(run_dir / QUERIES), ranked_lists(run_dir), baseline, chosen)
+    """The findings of a run folder's per-query table and the ranked lists it kept."""
+    return label_health(scan_queries(run_dir), read_ranked_lists(run_dir), baseline, chosen)
 
 
 def label_health_blocks(run: RunFolder) -> list[Block]:

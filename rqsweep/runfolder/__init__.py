@@ -3,7 +3,9 @@
     folder.py    its name, its lock, the names of its files
     record.py    run.json: the run's record and the schema of that contract (start, resume, mark, finish)
     state.py     the resumable state: per-query rows in Parquet parts under state/
-    tables.py    grid.parquet, queries.parquet, hits.parquet, ranked.parquet and their metadata
+    tables.py    grid.parquet, queries.parquet, hits.parquet, ranked.parquet, settings.parquet,
+                 label_health.parquet, routing.json, and their metadata; the tables read back for label health
+    settings.py  settings.parquet's table: the grid turned wide, every slice's change from the baseline
     finished.py  a finished run read back (and refused when it is not finished)
 
 The report's two files are written by `rqsweep.report`, from what `finished.read_run_folder` reads.

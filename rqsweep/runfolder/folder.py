@@ -17,7 +17,7 @@ from rqsweep.files import writing_in
 RUN_JSON = "run.json"  # the record: `runfolder.record`
 LOCK_FILE = "run.lock"
 GRID, QUERIES, HITS, RANKED = "grid.parquet", "queries.parquet", "hits.parquet", "ranked.parquet"  # `runfolder.tables`
-SETTINGS = "settings.parquet"  # the grid turned wide: `rqsweep.settings_table`, written by `runfolder.tables`
+SETTINGS = "settings.parquet"  # the grid turned wide: `runfolder.settings`, written by `runfolder.tables`
 LABEL_HEALTH = "label_health.parquet"  # `rqsweep.report.label_health`, written by `runfolder.tables`
 ROUTING = "routing.json"  # one setting per slice: `rqsweep.report.routing`, written by `runfolder.tables`
 STATE_DIR = "state"  # the resumable state: `runfolder.state`; an optimise run's journal lives there too

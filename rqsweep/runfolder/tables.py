@@ -5,7 +5,7 @@ metrics made of them, and written here (atomically, by `rqsweep.files`):
 - queries.parquet (`query_table`): one row per (setting, query), written in row groups of whole settings;
 - hits.parquet (`hits_table`): the baseline's and the chosen setting's ranked lists;
 - ranked.parquet: every setting's ranked lists, with `ranked: all`;
-- settings.parquet: the grid turned wide (`rqsweep.settings_table`);
+- settings.parquet: the grid turned wide (`runfolder.settings`);
 - routing.json: one setting per slice, with `validation:` (`rqsweep.report.routing`);
 - label_health.parquet: queries no knob moves or no setting finds, likely unlabelled items
   (`rqsweep.report.label_health`).
@@ -33,6 +33,7 @@ from rqsweep.inputs import Inputs
 from rqsweep.knobs import KNOBS, Knobs
 from rqsweep.runfolder.folder import GRID, HITS, LABEL_HEALTH, QUERIES, RANKED, ROUTING, SETTINGS
 from rqsweep.runfolder.record import redact
+from rqsweep.runfolder.settings import settings_table
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,10 @@ def write_hits(run_dir: Path, hits: pl.DataFrame, metadata: Mapping[str, str]) -
     write_parquet(run_dir / HITS, hits, metadata)
 
 
-def write_settings(run_dir: Path, settings: pl.DataFrame, metadata: Mapping[str, str]) -> None:
-    write_parquet(run_dir / SETTINGS, settings, metadata)
+def write_settings(run_dir: Path, grid: pl.DataFrame, objective: tuple[str, str], metric_names: Sequence[str],
+                   metadata: Mapping[str, str]) -> None:
+    """settings.parquet, from the grid table (`runfolder.settings`)."""
+    write_parquet(run_dir / SETTINGS, settings_table(grid, objective, metric_names), metadata)
 
 
 def write_label_health(run_dir: Path, findings: pl.DataFrame, metadata: Mapping[str, str]) -> None:
@@ -111,6 +114,24 @@ def read_routing(run_dir: Path) -> dict | None:
     if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("slices", "held_out")):
         raise InputError(path, "", "damaged: expected an object with `slices` and `held_out`; run the sweep again")
     return data
+
+
+def scan_queries(run_dir: Path) -> pl.LazyFrame:
+    """queries.parquet, read lazily: it holds a row per (setting, query)."""
+    return pl.scan_parquet(run_dir / QUERIES)
+
+
+def ranked_source(run_dir: Path) -> str | None:
+    """Which ranked lists a run kept: ranked.parquet when it kept every setting's, else hits.parquet; None."""
+    return next((name for name in (RANKED, HITS) if (run_dir / name).exists()), None)
+
+
+def read_ranked_lists(run_dir: Path) -> pl.DataFrame:
+    """The ranked lists a run kept (`ranked_source`), empty (hits.parquet's columns) when it kept none."""
+    source = ranked_source(run_dir)
+    if source is not None:
+        return pl.read_parquet(run_dir / source)
+    return pl.DataFrame(schema=HITS_SCHEMA)
 
 
 def write_ranked(run_dir: Path, per_setting: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> None:

@@ -26,7 +26,7 @@ def change_column(metric: str, slice_: str) -> str:
 
 
 def settings_table(grid: pl.DataFrame, objective: tuple[str, str], metric_names: Sequence[str]) -> pl.DataFrame:
-    """One row per setting of a grid table (`runfolder.tables.grid_table`), in evaluation order.
+    """One row per setting of a grid table (`tables.grid_table`), in evaluation order.
 
     Changes are the setting's value minus the baseline's on the same slice (null where either has no
     successful search). `worst_slice` is the golden slice (never `overall`) with the lowest change of the
