@@ -65,7 +65,7 @@ class Judged:
 
     @cached_property
     def n_relevant(self) -> np.ndarray:
-        return (self.grades >= self.level).sum(axis=1)
+        return _count(self.grades >= self.level)
 
 
 @dataclass(frozen=True)
@@ -125,23 +125,38 @@ def _within(positions: np.ndarray, k: int | np.ndarray) -> np.ndarray:
     return (positions > 0) & (positions <= k)
 
 
+# Rows have few keys: numpy's reductions along a short last axis cost several times a loop over its columns.
+
+def _count(mask: np.ndarray) -> np.ndarray:
+    """(rows, keys) bool -> (rows,) int64 number of True per row."""
+    out = np.zeros(len(mask), np.int64)
+    for column in mask.T:
+        np.add(out, column, out=out)
+    return out
+
+
 def first_relevant_rank(positions: np.ndarray) -> np.ndarray:
     """(rows, keys) positions -> (rows,) position of the first slot held by any of the items, 0 when none."""
-    hit = np.where(positions > 0, positions, np.iinfo(np.int64).max).min(axis=1, initial=np.iinfo(np.int64).max)
-    return np.where(hit == np.iinfo(np.int64).max, 0, hit)
+    # Less one, as unsigned: an absent item (0) comes after every position.
+    shifted = (np.asarray(positions, dtype=np.int64) - 1).view(np.uint64)
+    hit = np.full(len(shifted), np.iinfo(np.uint64).max)
+    for column in shifted.T:
+        np.minimum(hit, column, out=hit)
+    hit += np.uint64(1)  # and none found (the largest) wraps round to 0
+    return hit.view(np.int64)
 
 
 # A query with no relevant item (every grade below the level) scores 0 on the binary metrics, as in trec_eval.
 
 @family("recall@{k}", "|relevant items in the top {k}| / |relevant items|")
 def recall(judged: Judged, k: int) -> np.ndarray:
-    return _within(judged.relevant, k).sum(axis=1) / np.maximum(judged.n_relevant, 1)
+    return _count(_within(judged.relevant, k)) / np.maximum(judged.n_relevant, 1)
 
 
 @family("precision@{k}", "|relevant items in the top {k}| / {k} (each item counted once, at its first slot; "
                          "other slots of the same document are not relevant)")
 def precision(judged: Judged, k: int) -> np.ndarray:
-    return _within(judged.relevant, k).sum(axis=1) / k
+    return _count(_within(judged.relevant, k)) / k
 
 
 @family("hit@{k}", "1 when any relevant item is in the top {k}, else 0 (success@{k})")
@@ -171,7 +186,7 @@ def mrr(judged: Judged) -> np.ndarray:
 @metric("R-precision", "|relevant items in the top R| / R, with R = |relevant items|")
 def r_precision(judged: Judged) -> np.ndarray:
     n = judged.n_relevant
-    return _within(judged.relevant, n[:, None]).sum(axis=1) / np.maximum(n, 1)
+    return _count(_within(judged.relevant, n[:, None])) / np.maximum(n, 1)
 
 
 def definitions(names: Sequence[str], level: int = 1) -> dict[str, str]:
