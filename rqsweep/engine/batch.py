@@ -246,34 +246,27 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
     items = max((len(p.v_pos) for p in plans), default=0)
     longest_v = max((len(p.v_similarity) for p in plans), default=0)
     width = max((len(p.groups) for p in plans), default=1)
-    v_pos, l_pos, decayed, age_days, item, query = [], [], [], [], [], []
-    member_rows, key_starts, key_slots = [], [], []
+    v_pos, l_pos = np.zeros((len(plans), items), np.int64), np.zeros((len(plans), items), np.int64)
+    decayed, age_days = np.zeros((len(plans), items), bool), np.full((len(plans), items), np.nan)
     v_similarity = np.full((len(plans), longest_v), np.nan)
+    members, key_starts, key_slots = [], [], []
+    n_members = 0
     for q, plan in enumerate(plans):
+        m = len(plan.v_pos)
+        v_pos[q, :m], l_pos[q, :m], decayed[q, :m], age_days[q, :m] = plan.v_pos, plan.l_pos, plan.decayed, plan.age_days
         v_similarity[q, : len(plan.v_similarity)] = plan.v_similarity
-        if not plan.expected_in_candidates:
-            continue
-        targets = np.unique(np.concatenate([g for g in plan.groups if len(g)]))
-        first_row = len(item)
-        for t in targets.tolist():
-            v_pos.append(np.pad(plan.v_pos, (0, items - len(plan.v_pos))))
-            l_pos.append(np.pad(plan.l_pos, (0, items - len(plan.l_pos))))
-            decayed.append(np.pad(plan.decayed, (0, items - len(plan.decayed))))
-            age_days.append(np.pad(plan.age_days, (0, items - len(plan.age_days)), constant_values=np.nan))
-            item.append(t)
-            query.append(q)
         for g, group in enumerate(plan.groups):
             if len(group):
-                key_starts.append(len(member_rows))
+                key_starts.append(n_members)
                 key_slots.append(q * width + g)
-                member_rows.extend(first_row + np.searchsorted(targets, group))
-    shape = (len(item), items)
-    aged = np.array([(p.age_days[p.decayed] > 0).any() for p in plans], bool)
-    return PlanStack(tuple(plans), np.array(v_pos, np.int64).reshape(shape), np.array(l_pos, np.int64).reshape(shape),
-                     np.array(decayed, bool).reshape(shape), np.array(age_days, np.float64).reshape(shape),
-                     np.array(item, np.int64), np.array(query, np.int64),
-                     v_similarity, aged, np.array(member_rows, np.int64), np.array(key_starts, np.int64),
-                     np.array(key_slots, np.int64), width)
+                members.append(group + q * items)
+                n_members += len(group)
+    # A row per (query, target item), queries in order and each query's targets ascending.
+    targets, member_rows = np.unique(np.concatenate(members or [np.zeros(0, np.int64)]), return_inverse=True)
+    query, item = np.divmod(targets, max(items, 1))
+    return PlanStack(tuple(plans), v_pos[query], l_pos[query], decayed[query], age_days[query], item, query,
+                     v_similarity, (decayed & (age_days > 0)).any(axis=1), member_rows.ravel(),
+                     np.array(key_starts, np.int64), np.array(key_slots, np.int64), width)
 
 
 _NOT_LISTED = np.int64(1 << 40)  # the position of an item not in a list: after every listed one
@@ -331,7 +324,7 @@ def _contest(stack: PlanStack, kept: np.ndarray, blend: bool) -> _Contest:
 
 
 def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.ndarray:
-    """(rrf_k values, rows) 1-based position of each row's target in its query's order, 0 when absent."""
+    """(rows, rrf_k values) 1-based position of each row's target in its query's order, 0 when absent."""
     positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
     # (position, rrf_k) so that gathering positions copies whole rows.
     reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
@@ -343,7 +336,7 @@ def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.n
     np.cumsum(reciprocal[contest.v_pos] + reciprocal[contest.l_pos] > bars[2 * contest.row + contest.wins_tie],
               axis=0, out=ahead[1:])
     won = ahead[contest.bounds[1:]] - ahead[contest.bounds[:-1]]
-    return np.where(contest.present[:, None], contest.always_ahead[:, None] + won + 1, 0).T
+    return np.where(contest.present[:, None], contest.always_ahead[:, None] + won + 1, 0)
 
 
 def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
@@ -368,21 +361,33 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
         for start in range(0, len(in_group), step):
             part = in_group[start : start + step]
             rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[codes[part] % n_ks])
-            rank[rank > limit] = 0
             if len(stack.key_starts):
-                member = rank[:, stack.member_rows]
-                first = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts, axis=1)
-                found[np.ix_(part, stack.key_slots)] = first % _ABSENT
-    out = found[code_of.ravel()].reshape(len(settings), n_queries, stack.width)
+                found[np.ix_(part, stack.key_slots)] = _first_slots(stack, rank[stack.member_rows], limit).T
+    out = found[code_of.ravel()]
     blended = np.flatnonzero(blend)
     if len(blended) and stack.aged.any():
-        aged = np.flatnonzero(stack.aged)
-        out[np.ix_(blended, aged)] = _blended_positions(stack, settings[blended], limit)[:, aged]
-    return out
+        slots, first = _blended_positions(stack, settings[blended], limit)
+        out.ravel()[(blended[None, :] * out.shape[1] + slots[:, None]).ravel()] = first.ravel()
+    return out.reshape(len(settings), n_queries, stack.width)
 
 
-def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
-    """(settings, queries, width) positions of the aged queries under settings that all blend (others left 0).
+def _first_slots(stack: PlanStack, member_rank: np.ndarray, limit: int) -> np.ndarray:
+    """(keys, ...) each stacked key's first slot within `limit`, 0 when none, from `member_rank`: the positions of
+    `stack.member_rows` (0 when absent) along axis 0."""
+    # Less one, as unsigned: an absent row (-1) comes after every position.
+    shifted = (member_rank.astype(np.int64) - 1).view(np.uint64)
+    first = shifted[stack.key_starts]
+    # Most keys have one member: a pass per depth over the longer keys, where reduceat costs a pass per key.
+    runs = np.diff(stack.key_starts, append=len(shifted))
+    for depth in range(1, runs.max(initial=1)):
+        longer = np.flatnonzero(runs > depth)
+        first[longer] = np.minimum(first[longer], shifted[stack.key_starts[longer] + depth])
+    return np.where(first < limit, first + 1, 0).astype(np.int64)
+
+
+def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The aged queries' keys under settings that all blend: their slots in a flattened (queries, width) output
+    and (slots, settings) their positions.
 
     Each target is ranked against every item of its query in the order (blended score descending, undecayed
     first, fused position ascending), blended = fused score x `recency_factor`, as `recency_blend` computes
@@ -398,28 +403,32 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     units, unit_of = np.unique(np.arange(len(rows)) * (stack.v_pos.shape[1] + 1) + kept, return_inverse=True)
     unit_of = unit_of.reshape(kept.shape)
     unit_row, unit_kept = rows[units // (stack.v_pos.shape[1] + 1)], units % (stack.v_pos.shape[1] + 1)
-    v, l, decayed = stack.v_pos[unit_row], stack.l_pos[unit_row], stack.decayed[unit_row]
+    v, l, decayed, age = stack.v_pos[unit_row], stack.l_pos[unit_row], stack.decayed[unit_row], stack.age_days[unit_row]
     each, item = np.arange(len(units)), stack.item[unit_row]
-    factors = _blend_factors(stack.age_days[unit_row], decayed, hs)  # (half-lives, units, items)
     positions = max(v.max(initial=0), l.max(initial=0)) + 1
     reciprocal = 1.0 / (ks.astype(np.float64)[:, None] + np.arange(positions)[None, :])  # 1/(rrf_k + r), as SOAT
     reciprocal[:, 0] = 0.0  # not in the list: no term
     in_v = (v > 0) & (v <= unit_kept[:, None])
     present = in_v | (l > 0)
-    fused = reciprocal[:, np.where(in_v, v, 0)] + reciprocal[:, l]  # (rrf_k values, units, items)
+    v_kept = np.where(in_v, v, 0)
     insertion = np.where(in_v, v, v.shape[1] + 1 + l)  # V first, then lexical-only
-    target_fused, target_decayed = fused[:, each, item][:, :, None], decayed[each, item][:, None]
-    before = (fused > target_fused) | ((fused == target_fused) & (insertion < insertion[each, item][:, None]))
-    wins_tie = (decayed < target_decayed) | ((decayed == target_decayed) & before)
     others = present.copy()
     others[each, item] = False  # the target itself
-    ahead, undecided = _blend_decided(stack.age_days[unit_row], decayed, in_v, l, insertion, item, others)
+    ahead, undecided = _blend_decided(age, decayed, in_v, l, insertion, item, others)
+    # Scores and ties only where the order depends on rrf_k and the half-life: the undecided items and the targets.
     unit, column = np.nonzero(undecided)
     bounds = np.searchsorted(unit, np.arange(len(units) + 1))
-    contest_fused, contest_factors = fused[:, unit, column], factors[:, unit, column]
-    contest_wins, target_factors = wins_tie[:, unit, column], factors[:, each, item]
-    target_present, target_fused = present[each, item], target_fused[:, :, 0]
-    unit_rank = np.zeros((len(pairs), len(units)), np.int64)
+    target_fused = reciprocal[:, v_kept[each, item]] + reciprocal[:, l[each, item]]  # (rrf_k values, units)
+    contest_fused = reciprocal[:, v_kept[unit, column]] + reciprocal[:, l[unit, column]]  # (rrf_k values, undecided)
+    target_decayed, contest_decayed = decayed[each, item], decayed[unit, column]
+    before = (contest_fused > target_fused[:, unit]) | (
+        (contest_fused == target_fused[:, unit]) & (insertion[unit, column] < insertion[each, item][unit]))
+    contest_wins = (contest_decayed < target_decayed[unit]) | ((contest_decayed == target_decayed[unit]) & before)
+    factors = _blend_factors(np.concatenate([age[each, item], age[unit, column]]),
+                             np.concatenate([target_decayed, contest_decayed]), hs)  # (half-lives, units + undecided)
+    target_factors, contest_factors = factors[:, : len(units)], factors[:, len(units) :]
+    target_present = present[each, item]
+    unit_rank = np.zeros((len(pairs), len(units) + 1), np.int64)  # the last, never ranked, for other queries' rows
     step = max(1, (1 << 16) // max(1, len(unit), len(units)))  # work arrays that stay in cache
     won = np.zeros((min(step, len(pairs)), len(unit) + 1), np.int32)
     for start in range(0, len(pairs), step):
@@ -429,16 +438,15 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
         score = contest_fused[k_of] * contest_factors[h_of]
         np.cumsum((score > target) | ((score == target) & contest_wins[k_of]), axis=1, out=won[:len(part), 1:])
         counts = won[:len(part), bounds[1:]] - won[:len(part), bounds[:-1]]
-        unit_rank[start:start + step] = np.where(target_present, ahead + counts + 1, 0)
-    unit_rank[unit_rank > limit] = 0
-    rank = np.zeros((len(settings), len(stack.item)), np.int64)
-    rank[:, rows] = unit_rank[pair_of.ravel()[:, None], unit_of[floor_index.ravel()]]
-    found = np.zeros((len(settings), len(stack.plans) * stack.width), np.int64)
-    if len(stack.key_starts):
-        member = rank[:, stack.member_rows]
-        found[:, stack.key_slots] = np.minimum.reduceat(np.where(member > 0, member, _ABSENT), stack.key_starts,
-                                                        axis=1) % _ABSENT
-    return found.reshape(len(settings), len(stack.plans), stack.width)
+        unit_rank[start:start + step, :-1] = np.where(target_present, ahead + counts + 1, 0)
+    if not len(stack.key_starts):
+        return stack.key_slots, np.zeros((0, len(settings)), np.int64)
+    row_unit = np.full((len(stack.item), len(floors)), len(units))  # each row's unit under each floor
+    row_unit[rows] = unit_of.T
+    at = row_unit[stack.member_rows][:, floor_index.ravel()] + pair_of.ravel() * (len(units) + 1)  # C order: fast
+    first = _first_slots(stack, unit_rank.ravel()[at], limit)  # (keys, settings)
+    aged = stack.aged[stack.key_slots // stack.width]
+    return stack.key_slots[aged], first[aged]
 
 
 def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, l_pos: np.ndarray,
