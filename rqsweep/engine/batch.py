@@ -375,14 +375,16 @@ def _first_slots(stack: PlanStack, member_rank: np.ndarray, limit: int) -> np.nd
     """(keys, ...) each stacked key's first slot within `limit`, 0 when none, from `member_rank`: the positions of
     `stack.member_rows` (0 when absent) along axis 0."""
     # Less one, as unsigned: an absent row (-1) comes after every position.
-    shifted = (member_rank.astype(np.int64) - 1).view(np.uint64)
-    first = shifted[stack.key_starts]
-    # Most keys have one member: a pass per depth over the longer keys, where reduceat costs a pass per key.
+    shifted = (member_rank.astype(np.int64, copy=False) - 1).view(np.uint64)
     runs = np.diff(stack.key_starts, append=len(shifted))
+    first = shifted if len(runs) == len(shifted) else shifted[stack.key_starts]  # every key one member: as it is
+    # Most keys have one member: a pass per depth over the longer keys, where reduceat costs a pass per key.
     for depth in range(1, runs.max(initial=1)):
         longer = np.flatnonzero(runs > depth)
         first[longer] = np.minimum(first[longer], shifted[stack.key_starts[longer] + depth])
-    return np.where(first < limit, first + 1, 0).astype(np.int64)
+    first += np.uint64(1)  # absent wraps round to 0
+    first[first > limit] = 0
+    return first.view(np.int64)
 
 
 def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -418,15 +420,17 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     # Scores and ties only where the order depends on rrf_k and the half-life: the undecided items and the targets.
     unit, column = np.nonzero(undecided)
     bounds = np.searchsorted(unit, np.arange(len(units) + 1))
-    target_fused = reciprocal[:, v_kept[each, item]] + reciprocal[:, l[each, item]]  # (rrf_k values, units)
-    contest_fused = reciprocal[:, v_kept[unit, column]] + reciprocal[:, l[unit, column]]  # (rrf_k values, undecided)
-    target_decayed, contest_decayed = decayed[each, item], decayed[unit, column]
-    before = (contest_fused > target_fused[:, unit]) | (
-        (contest_fused == target_fused[:, unit]) & (insertion[unit, column] < insertion[each, item][unit]))
-    contest_wins = (contest_decayed < target_decayed[unit]) | ((contest_decayed == target_decayed[unit]) & before)
-    factors = _blend_factors(np.concatenate([age[each, item], age[unit, column]]),
-                             np.concatenate([target_decayed, contest_decayed]), hs)  # (half-lives, units + undecided)
-    target_factors, contest_factors = factors[:, : len(units)], factors[:, len(units) :]
+    # (rrf_k values or half-lives, undecided): each undecided item's and its target's fused score and factor.
+    target_item = item[unit]
+    target_fused = reciprocal[:, v_kept[unit, target_item]] + reciprocal[:, l[unit, target_item]]
+    contest_fused = reciprocal[:, v_kept[unit, column]] + reciprocal[:, l[unit, column]]
+    target_decayed, contest_decayed = decayed[unit, target_item], decayed[unit, column]
+    before = (contest_fused > target_fused) | (
+        (contest_fused == target_fused) & (insertion[unit, column] < insertion[unit, target_item]))
+    contest_wins = (contest_decayed < target_decayed) | ((contest_decayed == target_decayed) & before)
+    factors = _blend_factors(np.concatenate([age[unit, target_item], age[unit, column]]),
+                             np.concatenate([target_decayed, contest_decayed]), hs)
+    target_factors, contest_factors = factors[:, : len(unit)], factors[:, len(unit) :]
     target_present = present[each, item]
     unit_rank = np.zeros((len(pairs), len(units) + 1), np.int64)  # the last, never ranked, for other queries' rows
     step = max(1, (1 << 16) // max(1, len(unit), len(units)))  # work arrays that stay in cache
@@ -434,7 +438,7 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     for start in range(0, len(pairs), step):
         part = pairs[start:start + step]
         k_of, h_of = part // len(hs), part % len(hs)
-        target = (target_fused[k_of] * target_factors[h_of])[:, unit]  # (part, undecided)
+        target = target_fused[k_of] * target_factors[h_of]  # (part, undecided)
         score = contest_fused[k_of] * contest_factors[h_of]
         np.cumsum((score > target) | ((score == target) & contest_wins[k_of]), axis=1, out=won[:len(part), 1:])
         counts = won[:len(part), bounds[1:]] - won[:len(part), bounds[:-1]]
