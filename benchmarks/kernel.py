@@ -72,8 +72,8 @@ def flatten(plans: list[QueryPlan], batch: SettingsBatch) -> dict[str, np.ndarra
         "sims": cat([p.v_similarity for p in plans], np.float64),
         "key_start": lengths([p.groups for p in plans]), "member_start": lengths(groups),
         "members": cat(groups, np.int64), "aged": np.array([(p.age_days[p.decayed] > 0).any() for p in plans]),
-        "rrf_k": batch.rrf_k, "k_index": batch.k_index.ravel(), "n_ks": np.int64(len(batch.distinct_rrf_k)),
-        "floor": floors, "floor_index": floor_index.ravel(), "n_floors": np.int64(len(floors)),
+        "rrf_k": batch.rrf_k, "k_index": batch.k_index.ravel(), "rrf_k_values": batch.distinct_rrf_k,
+        "floor": floors, "floor_index": floor_index.ravel(),
         "h_index": batch.h_index.ravel(), "n_hs": np.int64(len(hs)), "blend": blends(batch.half_life),
         "factors": factors, "min_similarity": batch.min_similarity, "half_life": batch.half_life,
         "limit": np.int64(LIMIT), "width": np.int64(max((len(p.groups) for p in plans), default=1)),
@@ -98,16 +98,15 @@ def fast_path_side(args: argparse.Namespace) -> None:
     plans, batch = unflatten(dict(np.load(args.fast_path_side)))
     n_expected = np.tile(np.array([len(p.groups) for p in plans]), len(batch))
 
-    def one_pass() -> tuple[np.ndarray, np.ndarray]:
+    def one_pass() -> tuple[np.ndarray, list[np.ndarray]]:
         found = stacked_positions(stack_plans(plans), batch, LIMIT)
         judged = metrics.Judged.binary(found.reshape(len(batch) * len(plans), found.shape[-1]), n_expected)
-        scores = np.stack([metrics.get(m).per_query(judged) for m in METRICS], -1)
-        return found, scores.reshape(len(batch), len(plans), len(METRICS))
+        return found, [metrics.get(m).per_query(judged) for m in METRICS]
 
     out = timed_passes(one_pass, args.min_seconds, args.timings, clock=time.process_time)
     if args.out:
-        found, scores = one_pass()
-        np.savez(args.out, positions=found, metrics=scores)
+        found, scores = one_pass()  # interleaved as the kernel writes them outside the pass: a copy of its own
+        np.savez(args.out, positions=found, metrics=np.stack(scores, -1).reshape(len(batch), len(plans), len(METRICS)))
     print(json.dumps(out))
 
 
