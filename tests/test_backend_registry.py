@@ -3,6 +3,8 @@ cost. The config knows no backend by name, so a new kind needs its own module an
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -58,3 +60,15 @@ def test_the_first_kind_is_the_default(tmp_path):
     assert load_config(write_job(tmp_path), BACKENDS).backend.kind == next(iter(BACKENDS)) == "embedded"
     assert load_config(write_job(tmp_path, backend={"kind": "echo"}), {"echo": ECHO}).backend == EchoConfig(1)
     assert load_config(write_job(tmp_path, backend=None), {"echo": ECHO}).backend == EchoConfig(1)
+
+
+def test_reading_a_config_loads_no_backend_s_engine_or_client(tmp_path):
+    # The readers are light modules: a config is read (and refused) before an engine, a client or Dask loads.
+    config = write_job(tmp_path, backend={"kind": "http", "base_url": "http://127.0.0.1:1"})
+    probe = ("import sys; from rqsweep.backends import BACKENDS; from rqsweep.config import load_config; "
+             f"assert load_config({str(config)!r}, BACKENDS).backend.kind == 'http'; "
+             "print(sorted(m for m in sys.modules if m.startswith(('rqsweep.backends.', 'rqsweep.engine', 'dask', "
+             "'httpx', 'urllib3'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.split() == ["['rqsweep.backends.base',", "'rqsweep.backends.embedded_config',",
+                              "'rqsweep.backends.http',", "'rqsweep.backends.http.config']"]
