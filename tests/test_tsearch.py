@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from rqsweep.engine.tsearch import (
     LexicalIndex, TsQueryError, matches, to_tsvector, ts_rank_cd, websearch_to_tsquery,
 )
+from rqsweep.engine.tsearch import _vector
 from rqsweep.engine.tsearch.parser import RunCache, lexemes
 from rqsweep.engine.tsearch.query import Lexeme, Not, Or, Phrase, TsQuery
 
@@ -145,6 +146,30 @@ def test_fast_paths_agree_with_the_state_machine(text):
     expected = lexemes(text, fast=False)
     assert lexemes(text) == expected
     assert RunCache(str).encode(text) == expected
+
+
+def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:
+    """Each row's tsvector as the index's postings hold it."""
+    out: list[dict[str, tuple[int, ...]]] = [{} for _ in range(index.n_rows)]
+    for word, lex in index._vocab.items():
+        for group in range(index._lex_groups[lex], index._lex_groups[lex + 1]):
+            entries = slice(index._group_entries[group], index._group_entries[group + 1])
+            out[index._group_row[group]][word] = tuple(index._pos[entries].tolist())
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_ALPHABET + ["w12", "SKU-4711", "pager", " ", " ", "\n"]),
+                         max_size=40).map("".join), max_size=12))
+def test_index_postings_are_the_reference_tsvectors(texts):
+    """The index's build (runs parsed once, numpy expansion) holds, row for row, the state machine's tsvectors."""
+    index = LexicalIndex(texts)
+    assert _indexed_vectors(index) == [_vector(lexemes(text, fast=False)) for text in texts]
+
+
+def test_index_postings_keep_the_position_limits():
+    texts = ["w " * 300 + "x " * 16100 + "y z y", "y w", "w " * 16500 + "w"]
+    assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]
 
 
 def test_index_agrees_with_the_evaluator():

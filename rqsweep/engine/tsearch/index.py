@@ -14,6 +14,7 @@ truth table of the query.
 from __future__ import annotations
 
 from array import array
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ from rqsweep.engine.tsearch.query import (
 from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_entries
 
 _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
+_POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
 
 
@@ -36,35 +38,34 @@ class LexicalIndex:
         vocab: dict[str, int] = {}
         # A lexeme too long to keep still takes a position: it becomes -1, dropped below.
         cache = RunCache(lambda word: -1 if word is None else vocab.setdefault(word, len(vocab)))
-        ids = array("i")
-        counts = np.zeros(self.n_rows, np.int64)
-        for row, text in enumerate(texts):
-            before = len(ids)
-            ids.extend(cache.encode(text))
-            counts[row] = len(ids) - before
+        numbers, ends = array("i"), array("q")
+        for text in texts:
+            numbers.extend(cache.part_numbers(text))
+            ends.append(len(numbers))
         self._vocab = vocab
-        lex = np.frombuffer(ids, dtype=np.int32)
-        row = np.repeat(np.arange(self.n_rows, dtype=np.int32), counts)
-        pos = np.arange(len(lex), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts) + 1
-        kept = lex >= 0
-        lex, row, pos = lex[kept], row[kept], pos[kept]
-        order = np.argsort(lex, kind="stable")
-        lex, row, pos = lex[order], row[order], np.minimum(pos[order], MAX_POSITION).astype(np.int32)
-        del order
+        key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
+                                     len(vocab))
         # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
-        new_group = np.ones(len(lex), bool)
-        new_group[1:] = (lex[1:] != lex[:-1]) | (row[1:] != row[:-1])
+        group = key >> _POS_KEY_BITS
+        new_group = np.ones(len(key), bool)
+        new_group[1:] = group[1:] != group[:-1]
+        del group
+        keep = np.ones(len(key), bool)
+        keep[1:] = key[1:] != key[:-1]  # a position repeats only where positions are capped at 16383
         group_start = np.flatnonzero(new_group)
-        in_group = np.arange(len(lex)) - np.repeat(group_start, np.diff(np.append(group_start, len(lex))))
-        repeated_cap = np.zeros(len(lex), bool)
-        repeated_cap[1:] = (pos[1:] == MAX_POSITION) & (pos[:-1] == MAX_POSITION) & ~new_group[1:]
-        keep = (in_group < MAX_POSITIONS) & ~repeated_cap
-        lex, new_group = lex[keep], new_group[keep]
-        self._entry_row, self._pos = row[keep], pos[keep]
+        sizes = np.diff(np.append(group_start, len(key)))
+        if len(sizes) and sizes.max() > MAX_POSITIONS:
+            keep &= np.arange(len(key)) - np.repeat(group_start, sizes) < MAX_POSITIONS
+        del group_start, sizes
+        key, new_group = key[keep], new_group[keep]
+        del keep
+        self._pos = (key & MAX_POSITION).astype(np.int32)
+        self._entry_row = ((key >> _POS_KEY_BITS) & ((1 << row_bits) - 1)).astype(np.int32)
         starts = np.flatnonzero(new_group)
-        self._group_entries = np.append(starts, len(lex)).astype(np.int64)
+        self._group_entries = np.append(starts, len(key)).astype(np.int64)
         self._group_row = self._entry_row[starts]
-        self._lex_groups = np.searchsorted(lex[starts], np.arange(len(vocab) + 1)).astype(np.int64)
+        self._lex_groups = np.searchsorted(key[starts] >> (_POS_KEY_BITS + row_bits),
+                                           np.arange(len(vocab) + 1)).astype(np.int64)
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
@@ -297,6 +298,33 @@ def _occurrences(atom: Node, key: np.ndarray, epos: np.ndarray, eword: np.ndarra
         ok &= (key[at] == target) & (epos[ends].astype(np.int64) - off >= 1)
         lo, hi = np.minimum(lo, at), np.maximum(hi, at)
     return lo[ok], hi[ok]
+
+
+def _sorted_keys(parts: list[tuple[int, ...]], numbers: np.ndarray, ends: np.ndarray,
+                 n_lexemes: int) -> tuple[np.ndarray, int]:
+    """Every kept entry as (lexeme << (row_bits + 14) | row << 14 | position), ascending, and row_bits.
+
+    `parts` are the lexeme numbers (-1: dropped, but it takes a position) of each part, `numbers` the
+    parts of all texts in order, `ends[r]` where row r's parts end in `numbers`. Positions count
+    from 1 within the row and are capped at 16383.
+    """
+    sizes = np.fromiter(map(len, parts), np.int64, len(parts))
+    flat = np.fromiter(chain.from_iterable(parts), np.int32, int(sizes.sum()))
+    per_run = sizes[numbers]
+    lex = flat[_ranges((np.cumsum(sizes) - sizes)[numbers], per_run)]
+    del flat
+    bounds = np.append(0, np.cumsum(per_run))[np.append(0, ends)]
+    counts = np.diff(bounds)
+    row_bits = max(len(ends) - 1, 1).bit_length()
+    if max(n_lexemes, 1).bit_length() + row_bits + _POS_KEY_BITS > 63:
+        raise ValueError(f"too many rows and lexemes for one lexical index: {len(ends)} rows, {n_lexemes} lexemes")
+    key = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
+    np.minimum(key, MAX_POSITION, out=key)
+    key |= np.repeat(np.arange(len(ends), dtype=np.int64) << _POS_KEY_BITS, counts)
+    key |= lex.astype(np.int64) << (_POS_KEY_BITS + row_bits)
+    key = key[lex >= 0]
+    key.sort()
+    return key, row_bits
 
 
 def _single_entry_ranks(counts: np.ndarray) -> np.ndarray:

@@ -520,16 +520,26 @@ class RunCache(Generic[T]):
     At ASCII whitespace the parser always stands between tokens (only tags and blanks span it), and
     the blank that swallows the whitespace goes on through the next run's leading punctuation: a run
     after whitespace yields the same lexemes wherever it occurs, so each distinct run is parsed once.
+
+    A text is read as a list of *part* numbers: `parts[i]` holds the encoded lexemes of part i, a
+    distinct run, or the whole of a text the runs cannot read (one with '<', or a run that leaves the
+    parser in a mode that carries over). Numbers let an index expand its texts with numpy.
     """
 
     def __init__(self, encode: Callable[[str | None], T]) -> None:
         self._encode = encode
-        self._runs = _Runs(encode)
+        self.parts: list[tuple[T, ...]] = []
+        self._runs = _Runs(self, anywhere=True)
+        self._first_runs = _Runs(self, anywhere=False)  # a text's first run, when no whitespace precedes it
 
     def encode(self, text: str) -> list[T]:
         """`encode` of each of `lexemes(text)` (None included), reusing the lexemes of runs seen before."""
+        return list(chain.from_iterable(map(self.parts.__getitem__, self.part_numbers(text))))
+
+    def part_numbers(self, text: str) -> list[int]:
+        """The parts whose lexemes, in order, are `encode(text)`."""
         if "<" in text:
-            return [self._encode(word) for word in lexemes(text)]
+            return [self.add(lexemes(text))]
         if _OTHER_SPACE.search(text) is None:
             # str.split() then splits at ASCII whitespace only (no \x1c-\x1f, no Unicode spaces).
             runs = text.split()
@@ -538,22 +548,28 @@ class RunCache(Generic[T]):
             runs = _SPLIT_SPACE.split(text)
             first = runs.pop(0)
         try:
-            out = list(map(self._encode, _run_lexemes(first, anywhere=False))) if first else []
-            out.extend(chain.from_iterable(map(self._runs.__getitem__, runs)))
+            out = [self._first_runs[first]] if first else []
+            out.extend(map(self._runs.__getitem__, runs))
         except _Unclean:
-            return [self._encode(word) for word in lexemes(text)]
+            return [self.add(lexemes(text))]
         return out
+
+    def add(self, words: list[str | None]) -> int:
+        """A new part of these lexemes: its number."""
+        self.parts.append(tuple(map(self._encode, words)))
+        return len(self.parts) - 1
 
 
 class _Runs(dict):
-    """Encoded lexemes of a run that follows whitespace, computed on first use."""
+    """The part number of a run (following whitespace when `anywhere`), parsed on first use."""
 
-    def __init__(self, encode: Callable) -> None:
+    def __init__(self, cache: RunCache, anywhere: bool) -> None:
         super().__init__()
-        self._encode = encode
+        self._cache = cache
+        self._anywhere = anywhere
 
-    def __missing__(self, run: str) -> tuple:
-        found = self[run] = tuple(map(self._encode, _run_lexemes(run)))
+    def __missing__(self, run: str) -> int:
+        found = self[run] = self._cache.add(_run_lexemes(run, self._anywhere))
         return found
 
 
