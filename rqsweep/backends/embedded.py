@@ -22,6 +22,7 @@ from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, Feat
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.engine.index import Index
+from rqsweep.engine.index_cache import IndexCache
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.pacing import RequestLimits
@@ -166,13 +167,17 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:
-        index = Index.build(corpus, build_embedder(engine, cluster, log), engine.chunking, tie_order=engine.tie_order)
+        embedder = build_embedder(engine, cluster, log)
+        cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"))
+                 if engine.cache_dir else None)
+        index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
     except BaseException:
         if cluster is not None:
             cluster.close()
         raise
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
                               advance=advance)
-    log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories, "
-        f"{len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
+    reused = f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if cache else ""
+    log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories"
+        f"{reused}, {len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
     return backend

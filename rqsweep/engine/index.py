@@ -16,13 +16,16 @@ from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, 
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
+from rqsweep.engine.index_cache import BuiltRows, IndexCache
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.recency import recency_factor
 from rqsweep.engine.tsearch import LexicalIndex
+from rqsweep.engine.tsearch.parser import RunCache
 from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
+_EMBED_PORTION = 65_536  # texts embedded at a time into the column-major array
 
 
 def clamp_limit(limit: object) -> int:
@@ -31,6 +34,48 @@ def clamp_limit(limit: object) -> int:
         return DEFAULT_LIMIT
     n = math.floor(limit)
     return DEFAULT_LIMIT if n < 1 else min(n, MAX_LIMIT)
+
+
+def _embed_column_major(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """The vectors of `texts`, column-major: a sparse query vector (the feature hash's) is estimated from its own
+    columns only. Embedded a portion at a time, so the conversion never holds a second copy of them all."""
+    if not texts:
+        return np.zeros((0, 1), np.float32, order="F")
+    first = embedder.embed(texts[:_EMBED_PORTION])
+    out = np.empty((len(texts), first.shape[1]), np.float32, order="F")
+    out[:len(first)] = first
+    for start in range(_EMBED_PORTION, len(texts), _EMBED_PORTION):
+        out[start:start + _EMBED_PORTION] = embedder.embed(texts[start:start + _EMBED_PORTION])
+    return out
+
+
+def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes],
+                      groups: list[list[str]]) -> tuple[np.ndarray, list[tuple[str | None, ...]], int]:
+    """Vectors and lexemes of every row (`groups`: the texts of each key), from `cache` where it holds them; the
+    rest is built and stored. Also how many rows came from the cache."""
+    found = cache.load(keys)
+    missing = {key: texts for key, texts in zip(keys, groups)
+               if key not in found or len(found[key].lexemes) != len(texts)}
+    texts = [text for group in missing.values() for text in group]
+    parsed = RunCache(lambda word: word)
+    built_vectors = _embed_column_major(embedder, texts)
+    built, start = {}, 0
+    for key, group in missing.items():
+        built[key] = BuiltRows(built_vectors[start:start + len(group)],
+                               tuple(tuple(parsed.encode(text)) for text in group))
+        start += len(group)
+    del built_vectors
+    cache.store(built)
+    found.update(built)
+    entries = [found[key] for key in keys]
+    dims = next((e.vectors.shape[1] for e in entries if len(e.vectors)), 1)
+    vectors = np.empty((sum(len(e.lexemes) for e in entries), dims), np.float32, order="F")
+    start = 0
+    for entry in entries:
+        vectors[start:start + len(entry.vectors)] = entry.vectors
+        start += len(entry.vectors)
+    reused = sum(len(found[key].lexemes) for key in keys if key not in missing)
+    return vectors, [row for entry in entries for row in entry.lexemes], reused
 
 
 def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
@@ -108,6 +153,8 @@ class Index:
         self.embedder = embedder
         self.now = now
         self.tie_order = tie_order
+        self.rows_built = sum(len(store.ids) for store in self.stores.values())
+        self.rows_reused = 0
         self._rows_by_key: dict[str, set[tuple[str, int]]] = {}
         for source_type, store in self.stores.items():
             for row, key in enumerate(store.keys):
@@ -115,28 +162,40 @@ class Index:
 
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
-              now: datetime | None = None, tie_order: TieOrder = "postgres") -> "Index":
-        """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from."""
+              now: datetime | None = None, tie_order: TieOrder = "postgres", cache: IndexCache | None = None) -> "Index":
+        """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from.
+
+        With `cache`, documents and memories built before (same content, chunking and embedder) are not
+        embedded or parsed again; `rows_built` and `rows_reused` count the rows of each kind.
+        """
         now = now or datetime.now(timezone.utc)
         now_ms = round(now.timestamp() * 1000)
-        chunks = [(d, c) for d in corpus.documents for c in chunk_document(d, chunking)]
-        texts = [c.content for _, c in chunks] + [m.content for m in corpus.memories]
-        # Column-major: a sparse query vector (the feature hash's) is estimated from its own columns only. The
-        # conversion holds a second copy of the vectors until the embedder's array is dropped.
-        vectors = np.asfortranarray(embedder.embed(texts) if texts else np.zeros((0, 1), np.float32))
+        per_document = [chunk_document(d, chunking) for d in corpus.documents]
+        chunks = [(d, c) for d, cs in zip(corpus.documents, per_document) for c in cs]
+        groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
+        if cache is None:
+            vectors = _embed_column_major(embedder, [text for group in groups for text in group])
+            rows: list = [text for group in groups for text in group]
+            reused = 0
+        else:
+            keys = ([cache.document_key(d.content) for d in corpus.documents]
+                    + [cache.memory_key(m.content) for m in corpus.memories])
+            vectors, rows, reused = _build_with_cache(cache, embedder, keys, groups)
         n = len(chunks)
         documents = Store(
             "document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
             [c.content for _, c in chunks], [d.tags for d, _ in chunks], [d.path for d, _ in chunks],
-            vectors[:n], LexicalIndex([c.content for _, c in chunks]), np.full(n, now_ms, np.int64),
+            vectors[:n], LexicalIndex(rows[:n]), np.full(n, now_ms, np.int64),
         )
         memories = Store(
             "memory", [m.key for m in corpus.memories], [m.key for m in corpus.memories],
             [m.content for m in corpus.memories], [m.tags for m in corpus.memories],
-            [m.store for m in corpus.memories], vectors[n:], LexicalIndex([m.content for m in corpus.memories]),
+            [m.store for m in corpus.memories], vectors[n:], LexicalIndex(rows[n:]),
             np.array([round(memory_updated_at(m, now).timestamp() * 1000) for m in corpus.memories], np.int64),
         )
-        return cls(documents, memories, embedder, now, tie_order)
+        index = cls(documents, memories, embedder, now, tie_order)
+        index.rows_built, index.rows_reused = len(rows) - reused, reused
+        return index
 
     def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
         """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""

@@ -32,12 +32,12 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, cache_dir: Path) -> None:
         self.inner = inner
-        self.path = Path(cache_dir) / _file_name(inner.identity)
+        self.path = Path(cache_dir) / cache_file_name(inner.identity)
         self.hits = 0
         self.misses = 0
         self._queries: CachedEmbedder | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as conn, conn:
+        with closing(connect_wal(self.path)) as conn, conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS vectors "
                          "(sha256 BLOB PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID")
@@ -69,7 +69,7 @@ class CachedEmbedder:
         if not texts:
             return self.inner.embed([])
         keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in texts]
-        with closing(self._connect()) as conn:
+        with closing(connect_wal(self.path)) as conn:
             found = self._lookup(conn, set(keys))
             from_disk = sum(key in found for key in keys)
             missing = {key: text for key, text in zip(keys, texts) if key not in found}
@@ -98,23 +98,6 @@ class CachedEmbedder:
                              [(key, row.tobytes()) for key, row in zip(missing, vectors)])
         return dict(zip(missing, vectors))
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S)
-        # WAL mode is kept in the file: set once. Switching needs a lock SQLite does not wait for (no busy
-        # timeout), so two processes creating the file at once retry here instead of failing.
-        deadline = time.monotonic() + _BUSY_TIMEOUT_S
-        while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            try:
-                conn.execute("PRAGMA journal_mode=WAL")
-            except sqlite3.OperationalError:
-                if time.monotonic() > deadline:
-                    conn.close()
-                    raise
-                time.sleep(0.05)
-        # NORMAL is crash-safe under WAL; a power cut may drop the last commits, which are re-embedded.
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
     def _lookup(self, conn: sqlite3.Connection, keys: set[bytes]) -> dict[bytes, np.ndarray]:
         wanted = list(keys)
         found = {}
@@ -128,7 +111,26 @@ class CachedEmbedder:
         return found
 
 
-def _file_name(identity: str) -> str:
+def connect_wal(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file `path` in WAL mode, which several processes can read and write at once."""
+    conn = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_S)
+    # WAL mode is kept in the file: set once. Switching needs a lock SQLite does not wait for (no busy
+    # timeout), so two processes creating the file at once retry here instead of failing.
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.05)
+    # NORMAL is crash-safe under WAL; a power cut may drop the last commits, which are built again.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def cache_file_name(identity: str) -> str:
     """A readable, collision-proof file name for an identity (which may hold '/', ':' and a URL)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", identity)[:80]
     return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite3"

@@ -31,16 +31,22 @@ _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ra
 
 
 class LexicalIndex:
-    """``to_tsvector('simple', text)`` of each row, indexed; rows are numbered in the given order."""
+    """``to_tsvector('simple', text)`` of each row, indexed; rows are numbered in the given order.
 
-    def __init__(self, texts: Sequence[str]) -> None:
+    A row given as a tuple is its lexemes already (`RunCache.encode`'s words: a stored build).
+    """
+
+    def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         self.n_rows = len(texts)
         vocab: dict[str, int] = {}
         # A lexeme too long to keep still takes a position: it becomes -1, dropped below.
         cache = RunCache(lambda word: -1 if word is None else vocab.setdefault(word, len(vocab)))
         numbers, ends = array("i"), array("q")
         for text in texts:
-            numbers.extend(cache.part_numbers(text))
+            if isinstance(text, str):
+                numbers.extend(cache.part_numbers(text))
+            else:
+                numbers.append(cache.add(text))
             ends.append(len(numbers))
         self._vocab = vocab
         key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from itertools import chain
-from typing import Callable, Generic, Iterator, NamedTuple, TypeVar
+from typing import Callable, Generic, Iterator, NamedTuple, Sequence, TypeVar
 
 from rqsweep.engine.tsearch.chars import (
     ALPHA_NA, ALPHA_RANGES, ASCII_SPACES, CLASS, DIGIT, LETTER, OTHER, SPACES, SPECIAL_NA, SPECIAL_RANGES,
@@ -554,7 +554,7 @@ class RunCache(Generic[T]):
             return [self.add(lexemes(text))]
         return out
 
-    def add(self, words: list[str | None]) -> int:
+    def add(self, words: Sequence[str | None]) -> int:
         """A new part of these lexemes: its number."""
         self.parts.append(tuple(map(self._encode, words)))
         return len(self.parts) - 1

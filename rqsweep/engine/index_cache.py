@@ -1,0 +1,122 @@
+"""An on-disk cache of built index rows, so a rerun re-indexes only the documents and memories that changed.
+
+An entry holds what building a document's chunks (or a memory) costs: their vectors and their lexemes
+(`to_tsvector('simple')` in position order). It is keyed by the content's SHA-256, the chunking (for
+documents) and, through its file, the embedder's identity; the chunk texts and ids are cut again from the
+document, which is cheap and keeps the cache free of keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import sqlite3
+import zipfile
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rqsweep.config import Chunking
+from rqsweep.engine.embed.cache import cache_file_name, connect_wal
+
+_LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
+_SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
+
+
+@dataclass(frozen=True)
+class BuiltRows:
+    """The built rows of one document (its chunks, in order) or of one memory (one row)."""
+
+    vectors: np.ndarray  # float32, one row per chunk
+    lexemes: tuple[tuple[str | None, ...], ...]  # per chunk; None: a lexeme too long to keep, holding a position
+
+    def to_bytes(self) -> bytes:
+        words = [w or "" for row in self.lexemes for w in row]  # a lexeme is never empty
+        out = io.BytesIO()
+        np.savez(out, vectors=np.asarray(self.vectors, "<f4"),
+                 lengths=np.array([len(row) for row in self.lexemes], "<i4"),
+                 words=np.frombuffer(_SEPARATOR.join(words).encode("utf-8", "surrogatepass"), np.uint8))
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "BuiltRows":
+        """Raises ValueError when `blob` is not an intact entry."""
+        try:
+            with np.load(io.BytesIO(blob), allow_pickle=False) as stored:
+                vectors, lengths, words = stored["vectors"], stored["lengths"], stored["words"]
+        except (OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"unreadable entry ({exc})") from exc
+        text = words.tobytes().decode("utf-8", "surrogatepass")
+        flat = text.split(_SEPARATOR) if int(lengths.sum()) else []
+        if vectors.ndim != 2 or len(vectors) != len(lengths) or len(flat) != int(lengths.sum()) or (lengths < 0).any():
+            raise ValueError("inconsistent entry")
+        ends = np.cumsum(lengths).tolist()
+        rows = tuple(tuple(w or None for w in flat[end - n:end]) for end, n in zip(ends, lengths.tolist()))
+        return cls(vectors.astype(np.float32), rows)
+
+
+class IndexCache:
+    """Built rows in `cache_dir`/index, one SQLite file per embedder identity (WAL: several processes may share it).
+
+    A damaged file is set aside and rebuilt, a damaged entry rebuilt, each with a warning through `warn`.
+    """
+
+    def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
+                 warn: Callable[[str], None] = lambda _: None) -> None:
+        self.path = Path(cache_dir) / "index" / cache_file_name(identity)
+        self._chunking = f"{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
+        self._warn = warn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._create()
+        except sqlite3.DatabaseError as exc:
+            self._set_aside(exc)
+            self._create()
+
+    def document_key(self, content: str) -> bytes:
+        return hashlib.sha256((self._chunking + content).encode("utf-8", "surrogatepass")).digest()
+
+    @staticmethod
+    def memory_key(content: str) -> bytes:
+        return hashlib.sha256(("memory\0" + content).encode("utf-8", "surrogatepass")).digest()
+
+    def load(self, keys: Iterable[bytes]) -> dict[bytes, BuiltRows]:
+        """The entries found for `keys`; damaged ones are left out (they are rebuilt and stored again)."""
+        wanted, found = list(set(keys)), {}
+        try:
+            with closing(connect_wal(self.path)) as conn:
+                for start in range(0, len(wanted), _LOOKUP_CHUNK):
+                    part = wanted[start:start + _LOOKUP_CHUNK]
+                    query = f"SELECT key, rows FROM entries WHERE key IN ({','.join('?' * len(part))})"
+                    for key, blob in conn.execute(query, part):
+                        try:
+                            found[key] = BuiltRows.from_bytes(blob)
+                        except ValueError as exc:
+                            self._warn(f"index cache {self.path}: a damaged entry is rebuilt ({exc})")
+        except sqlite3.DatabaseError as exc:
+            self._set_aside(exc)
+            self._create()
+            return {}
+        return found
+
+    def store(self, entries: dict[bytes, BuiltRows]) -> None:
+        try:
+            with closing(connect_wal(self.path)) as conn, conn:
+                conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)",
+                                 [(key, rows.to_bytes()) for key, rows in entries.items()])
+        except sqlite3.DatabaseError as exc:
+            self._warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
+
+    def _create(self) -> None:
+        with closing(connect_wal(self.path)) as conn, conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID")
+
+    def _set_aside(self, exc: Exception) -> None:
+        aside = self.path.with_name(self.path.name + ".damaged")
+        self._warn(f"index cache {self.path} is damaged ({exc}): moved to {aside.name}, rebuilding it")
+        for suffix in ("-wal", "-shm"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        self.path.replace(aside)

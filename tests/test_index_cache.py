@@ -1,0 +1,151 @@
+"""The persistent index cache: a rerun builds only what changed, and its index is the cold build's, bit for bit."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rqsweep.config import Chunking
+from rqsweep.corpus import Corpus, Document, Memory, chunk_document
+from rqsweep.engine.embed import FeatureHashEmbedder
+from rqsweep.engine.index import Index
+from rqsweep.engine.index_cache import BuiltRows, IndexCache
+from tests.minijob import write_job
+
+NOW = datetime(2026, 12, 1, tzinfo=timezone.utc)
+CHUNKING = Chunking("size", 200, 40)
+
+
+class CountingEmbedder(FeatureHashEmbedder):
+    """The feature hash, counting the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.embedded = 0
+
+    def embed(self, texts):
+        self.embedded += len(texts)
+        return super().embed(texts)
+
+
+def corpus(n_documents: int = 100, seed: int = 0) -> Corpus:
+    rnd = random.Random(seed)
+    words = ["pager", "rotation", "VPN-4012", "on-call", "Café", "w12", "backup", "<b>bold</b>", "x.example.com"]
+    docs = tuple(Document(f"doc-{i}", " ".join(rnd.choice(words) for _ in range(rnd.randint(0, 90))))
+                 for i in range(n_documents))
+    mems = tuple(Memory(f"mem-{i}", f"the pager number is {i}", age_days=float(i)) for i in range(10))
+    return Corpus(docs, mems)
+
+
+def build(c: Corpus, cache: IndexCache | None, embedder=None) -> Index:
+    return Index.build(c, embedder or CountingEmbedder(), CHUNKING, NOW, cache=cache)
+
+
+def assert_same_index(a: Index, b: Index) -> None:
+    for kind in ("document", "memory"):
+        x, y = a.stores[kind], b.stores[kind]
+        assert (x.ids, x.keys, x.contents, x.paths) == (y.ids, y.keys, y.contents, y.paths)
+        assert x.vectors.tobytes(order="A") == y.vectors.tobytes(order="A")
+        assert x.vectors.flags.f_contiguous == y.vectors.flags.f_contiguous
+        assert x.norms.tobytes() == y.norms.tobytes()
+        assert x.lexical._vocab == y.lexical._vocab
+        for name in ("_entry_row", "_pos", "_group_entries", "_group_row", "_lex_groups"):
+            assert np.array_equal(getattr(x.lexical, name), getattr(y.lexical, name)), name
+    for query in ("pager rotation", "VPN-4012", "bold or backup", '"on-call pager"'):
+        assert a.search(query) == b.search(query)
+
+
+def test_an_unchanged_corpus_builds_nothing(tmp_path):
+    c = corpus()
+    cold = build(c, None)
+    first = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    assert (first.rows_built, first.rows_reused) == (cold.rows_built, 0)
+    embedder = CountingEmbedder()
+    rerun = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING), embedder)
+    assert (rerun.rows_built, rerun.rows_reused, embedder.embedded) == (0, cold.rows_built, 0)
+    assert_same_index(rerun, cold)
+    assert_same_index(first, cold)
+
+
+def test_one_percent_changed_rebuilds_that_one_percent(tmp_path):
+    c = corpus(200)
+    build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    changed = [5, 150]
+    docs = list(c.documents)
+    for i in changed:
+        docs[i] = replace(docs[i], content=docs[i].content + " rotation changed")
+    edited = Corpus(tuple(docs), c.memories)
+    embedder = CountingEmbedder()
+    rerun = build(edited, IndexCache(tmp_path, "feature-hash/64", CHUNKING), embedder)
+    expected = sum(len(chunk_document(docs[i], CHUNKING)) for i in changed)
+    assert rerun.rows_built == embedder.embedded == expected
+    assert rerun.rows_reused == len(rerun.stores["document"].ids) + len(rerun.stores["memory"].ids) - expected
+    assert_same_index(rerun, build(edited, None))
+
+
+def test_other_chunking_or_embedder_reuses_nothing(tmp_path):
+    c = corpus(20)
+    build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    other = Index.build(c, CountingEmbedder(), Chunking("size", 100, 20), NOW,
+                        cache=IndexCache(tmp_path, "feature-hash/64", Chunking("size", 100, 20)))
+    assert other.rows_reused == 10  # the memories, which are not chunked
+    wider = FeatureHashEmbedder(128)
+    assert Index.build(c, wider, CHUNKING, NOW, cache=IndexCache(tmp_path, wider.identity, CHUNKING)).rows_reused == 0
+
+
+def test_a_damaged_cache_file_is_rebuilt_with_a_warning(tmp_path):
+    c = corpus(30)
+    cache = IndexCache(tmp_path, "feature-hash/64", CHUNKING)
+    build(c, cache)
+    cache.path.write_bytes(b"not a database, " * 500)
+    for suffix in ("-wal", "-shm"):
+        cache.path.with_name(cache.path.name + suffix).unlink(missing_ok=True)
+    warnings: list[str] = []
+    rebuilt = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING, warnings.append))
+    assert len(warnings) == 1 and "damaged" in warnings[0] and str(cache.path) in warnings[0]
+    assert rebuilt.rows_reused == 0
+    assert_same_index(rebuilt, build(c, None))
+    assert build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING)).rows_built == 0
+
+
+def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path):
+    c = corpus(30)
+    cache = IndexCache(tmp_path, "feature-hash/64", CHUNKING)
+    build(c, cache)
+    key = cache.document_key(c.documents[3].content)
+    with sqlite3.connect(cache.path) as conn:
+        (blob,) = conn.execute("SELECT rows FROM entries WHERE key = ?", (key,)).fetchone()
+        conn.execute("UPDATE entries SET rows = ? WHERE key = ?", (blob[:len(blob) // 2], key))
+    warnings: list[str] = []
+    rebuilt = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING, warnings.append))
+    assert len(warnings) == 1 and "damaged entry" in warnings[0]
+    assert rebuilt.rows_built == len(chunk_document(c.documents[3], CHUNKING))
+    assert_same_index(rebuilt, build(c, None))
+
+
+def test_the_job_says_what_it_reused(tmp_path):
+    config = write_job(tmp_path, backend={"kind": "embedded", "cache_dir": "cache",
+                                          "embedder": {"kind": "feature-hash", "dimensions": 256}})
+    lines = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "rqsweep", str(config)], capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert done.returncode in (0, 4), done.stderr
+        lines.append(next(line for line in done.stderr.splitlines() if "embedded index:" in line))
+    assert "(0 reused from the index cache, 9 built)" in lines[0]
+    assert "(9 reused from the index cache, 0 built)" in lines[1]
+    assert [p.name[:16] for p in Path(tmp_path, "cache", "index").glob("*.sqlite3")] == ["feature-hash_256"]
+
+
+@pytest.mark.parametrize("blob", [b"", b"PK\x03\x04 truncated", b"\x00" * 64])
+def test_unreadable_entries_are_value_errors(blob):
+    with pytest.raises(ValueError):
+        BuiltRows.from_bytes(blob)
