@@ -25,7 +25,7 @@ from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
-_EMBED_PORTION = 65_536  # texts embedded at a time into the column-major array
+_EMBED_PORTION = 16_384  # texts embedded at a time into the column-major array
 
 
 def clamp_limit(limit: object) -> int:
@@ -162,11 +162,12 @@ class Index:
 
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
-              now: datetime | None = None, tie_order: TieOrder = "postgres", cache: IndexCache | None = None) -> "Index":
+              now: datetime | None = None, tie_order: TieOrder = "postgres",
+              cache: IndexCache | None = None) -> "Index":
         """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from.
 
         With `cache`, documents and memories built before (same content, chunking and embedder) are not
-        embedded or parsed again; `rows_built` and `rows_reused` count the rows of each kind.
+        embedded or parsed again; `rows_built` and `rows_reused` count the rows (chunks and memories) of each.
         """
         now = now or datetime.now(timezone.utc)
         now_ms = round(now.timestamp() * 1000)

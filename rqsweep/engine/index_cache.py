@@ -2,8 +2,8 @@
 
 An entry holds what building a document's chunks (or a memory) costs: their vectors and their lexemes
 (`to_tsvector('simple')` in position order). It is keyed by the content's SHA-256, the chunking (for
-documents) and, through its file, the embedder's identity; the chunk texts and ids are cut again from the
-document, which is cheap and keeps the cache free of keys.
+documents), the lexical port's sources and, through its file, the embedder's identity; the chunk texts and
+ids are cut again from the document, which is cheap and keeps the cache free of keys.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ import numpy as np
 
 from rqsweep.config import Chunking
 from rqsweep.engine.embed.cache import cache_file_name, connect_wal
+from rqsweep.engine.tsearch import _unicode_data, chars, parser
 
 _LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
+# The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
+_PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data))).hexdigest()
 _SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
 
 
@@ -67,7 +70,7 @@ class IndexCache:
     def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
                  warn: Callable[[str], None] = lambda _: None) -> None:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
-        self._chunking = f"{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
+        self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
         self._warn = warn
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -79,9 +82,8 @@ class IndexCache:
     def document_key(self, content: str) -> bytes:
         return hashlib.sha256((self._chunking + content).encode("utf-8", "surrogatepass")).digest()
 
-    @staticmethod
-    def memory_key(content: str) -> bytes:
-        return hashlib.sha256(("memory\0" + content).encode("utf-8", "surrogatepass")).digest()
+    def memory_key(self, content: str) -> bytes:
+        return hashlib.sha256(f"{_PARSER}\0memory\0{content}".encode("utf-8", "surrogatepass")).digest()
 
     def load(self, keys: Iterable[bytes]) -> dict[bytes, BuiltRows]:
         """The entries found for `keys`; damaged ones are left out (they are rebuilt and stored again)."""
