@@ -16,19 +16,19 @@ import signal
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from rqsweep.constraints import Robust
 from rqsweep.errors import InputError, Interrupted, NoFeasibleSetting
-from rqsweep.files import reading_parquet, write_parquet, write_parquet_groups, write_text
+from rqsweep.files import write_text
 from rqsweep.inputs import Inputs
 from rqsweep.progress import Progress
 from rqsweep.report.embedders import EmbedderSweep, blocks
 from rqsweep.report.render import Heading, Paragraph, to_html, to_markdown
 from rqsweep.runfolder import GRID, HITS, QUERIES, RUN_JSON, RunRecord, holding, mark, run_folder_of
+from rqsweep.runfolder.tables import read_metadata, read_table, table_parts, write_grid, write_hits, write_queries
 
 EMBEDDERS_FOLDER = "embedders"
 
@@ -90,14 +90,13 @@ def _run_embedder(inputs: Inputs, label: str, run_one: Callable, progress: Progr
 def _finish(run_dir: Path, record: RunRecord, inputs: Inputs, results: dict[str, Path]
             ) -> tuple[Path, pl.DataFrame, str, str, str]:
     config = inputs.config
-    grids = {label: _table(folder / GRID) for label, folder in results.items()}
+    grids = {label: read_table(folder, GRID) for label, folder in results.items()}
     runs = {label: RunRecord.read(folder) for label, folder in results.items()}
     metadata = _metadata(results, runs)
     grid = pl.concat(grids.values())
-    write_parquet(run_dir / GRID, grid, metadata)
-    write_parquet_groups(run_dir / QUERIES, (part for folder in results.values() for part in _batches(folder / QUERIES)),
-                         metadata)
-    write_parquet(run_dir / HITS, pl.concat(_table(f / HITS) for f in results.values()), metadata)
+    write_grid(run_dir, grid, metadata, None)
+    write_queries(run_dir, (part for folder in results.values() for part in table_parts(folder, QUERIES)), metadata)
+    write_hits(run_dir, pl.concat(read_table(f, HITS) for f in results.values()), metadata)
     objective = (config.objective.metric, config.objective.slice)
     identities = {label: (run.server_profile or {}).get("embedder", "") for label, run in runs.items()}
     robust = _write_report(run_dir, config.name, record.run_id,
@@ -142,18 +141,8 @@ def write_embedder_report(run_dir: Path) -> tuple[Path, Path]:
         raise InputError(run_dir / RUN_JSON, "", f"damaged ({type(exc).__name__}: {exc}): a finished sweep over "
                          "several embedders records objective {metric, slice} and per_embedder") from None
     _write_report(run_dir, info.name, info.run_id,
-                  EmbedderSweep(_table(run_dir / GRID), info.baseline, objective, identities))
+                  EmbedderSweep(read_table(run_dir, GRID), info.baseline, objective, identities))
     return run_dir / "report.md", run_dir / "report.html"
-
-
-def _table(path: Path) -> pl.DataFrame:
-    with reading_parquet(path):
-        return pl.read_parquet(path)
-
-
-def _batches(path: Path) -> Iterator[pl.DataFrame]:
-    with reading_parquet(path):
-        yield from (pl.from_arrow(part) for part in pq.ParquetFile(path).iter_batches(batch_size=1 << 20))
 
 
 def _embedder_line(label: str, grid: pl.DataFrame, baseline: str, robust: str | None,
@@ -177,8 +166,7 @@ def _robust_line(robust: Robust, objective: tuple[str, str]) -> str:
 def _metadata(results: dict[str, Path], runs: dict[str, RunRecord]) -> dict[str, str]:
     """The first embedder's grid metadata, with every embedder's profile by label."""
     first = next(iter(results.values()))
-    metadata = {k.decode(): v.decode() for k, v in (pq.read_schema(first / GRID).metadata or {}).items()
-                if not k.startswith(b"ARROW") and k != b"rqsweep.validation"}
+    metadata = {k: v for k, v in read_metadata(first, GRID).items() if k != "rqsweep.validation"}
     metadata["rqsweep.server_profile"] = json.dumps({label: run.server_profile for label, run in runs.items()})
     metadata["rqsweep.embedders"] = json.dumps(list(results))
     return metadata

@@ -4,7 +4,8 @@
     record.py    run.json: the run's record and the schema of that contract (start, resume, mark, finish)
     state.py     the resumable state: per-query rows in Parquet parts under state/
     tables.py    grid.parquet, queries.parquet, hits.parquet, ranked.parquet, settings.parquet,
-                 label_health.parquet, routing.json, and their metadata; the tables read back for label health
+                 label_health.parquet, routing.json, and their metadata; tables read back whole, in parts
+                 or lazily (label health, the union of an embedder sweep's runs)
     settings.py  settings.parquet's table: the grid turned wide, every slice's change from the baseline
     finished.py  a finished run read back (and refused when it is not finished)
 

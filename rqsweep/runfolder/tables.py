@@ -10,8 +10,9 @@ metrics made of them, and written here (atomically, by `rqsweep.files`):
 - label_health.parquet: queries no knob moves or no setting finds, likely unlabelled items
   (`rqsweep.report.label_health`).
 
-Each carries the run's key-value metadata (`table_metadata`). A column the whole run shares is a field of `Stamp`;
-a column of one table is added to that table's function.
+Each carries the run's key-value metadata (`table_metadata`), and is read back here too (`read_table`,
+`table_parts`, `read_metadata`, `scan_queries`, `read_ranked_lists`, `read_routing`). A column the whole run
+shares is a field of `Stamp`; a column of one table is added to that table's function.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import polars as pl
+import pyarrow.parquet as pq
 
 from rqsweep import __version__, metrics
 from rqsweep.backends.base import RankedHit
 from rqsweep.constraints import Verdicts
 from rqsweep.errors import InputError
-from rqsweep.files import write_json, write_parquet, write_parquet_groups
+from rqsweep.files import reading_parquet, write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import GoldenSet
 from rqsweep.inputs import Inputs
 from rqsweep.knobs import KNOBS, Knobs
@@ -114,6 +116,26 @@ def read_routing(run_dir: Path) -> dict | None:
     if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("slices", "held_out")):
         raise InputError(path, "", "damaged: expected an object with `slices` and `held_out`; run the sweep again")
     return data
+
+
+def read_table(run_dir: Path, table: str) -> pl.DataFrame:
+    """One of the folder's tables (`GRID`, `HITS`, ... of `runfolder.folder`) whole; damaged, an InputError naming it."""
+    with reading_parquet(run_dir / table):
+        return pl.read_parquet(run_dir / table)
+
+
+def table_parts(run_dir: Path, table: str) -> Iterator[pl.DataFrame]:
+    """One of the folder's tables a million rows at a time: a large run's queries.parquet need not fit in memory."""
+    path = run_dir / table
+    with reading_parquet(path):
+        yield from (pl.from_arrow(part) for part in pq.ParquetFile(path).iter_batches(batch_size=1 << 20))
+
+
+def read_metadata(run_dir: Path, table: str) -> dict[str, str]:
+    """A table's key-value metadata as `table_metadata` wrote it (Arrow's own schema key left out)."""
+    with reading_parquet(run_dir / table):
+        stored = pq.read_schema(run_dir / table).metadata or {}
+    return {k.decode(): v.decode() for k, v in stored.items() if not k.startswith(b"ARROW")}
 
 
 def scan_queries(run_dir: Path) -> pl.LazyFrame:
