@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from rqsweep.engine.pgsort import (TIE_ORDERS, TieOrder, float_ordinals, insertion_top_approx, kth_smallest,
-                                   postgres_top_approx, ties_irrelevant)
+from rqsweep.engine.pgsort import (TIE_ORDERS, TieOrder, _heap_entrants, float_ordinals, heap_entrants,
+                                   insertion_top_approx, kth_smallest, postgres_top_approx, ties_irrelevant)
 
 _LANES = 8
 _HALF = _LANES // 2
@@ -154,21 +154,57 @@ def cosine_top_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norm
     sort returns the same top `limit` and both tie orders share it; otherwise (exact ties) each tie order's
     emulation runs from the same estimate and computes only the rows that may enter PostgreSQL's heap.
     """
+    matrix, queries, positions = _checked(matrix, queries, rows)
+    if len(positions) == 0 or limit <= 0:
+        nothing = (np.empty(0, dtype=np.int64), np.empty(0))
+        return [{order: nothing for order in TIE_ORDERS} for _ in queries]
+    estimates = _Estimates(matrix, positions, norms[positions])
+    found: list[TopByOrder] = []
+    for block in _blocks(matrix, queries):
+        found.extend(_top_block(estimates, block, limit))
+    return found
+
+
+def cosine_entrants_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norms: np.ndarray,
+                         rows: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per query, `pgsort.heap_entrants` of pgvector's distances from `matrix[rows]` (default every row): the
+    positions into `rows` and their exact distances, what one shard of a table reports for an exact merge
+    (`pgsort.top_of_entrants`). The estimate of `cosine_top_many` rules rows out; only those it cannot get the
+    exact arithmetic. `norms` must be `squared_norms(matrix)`.
+    """
+    matrix, queries, positions = _checked(matrix, queries, rows)
+    if len(positions) == 0 or limit <= 0:
+        return [(np.empty(0, dtype=np.int64), np.empty(0)) for _ in queries]
+    estimates = _Estimates(matrix, positions, norms[positions])
+    every = np.arange(len(positions))
+    found = []
+    for block in _blocks(matrix, queries):
+        estimates.start(block)
+        for q in range(len(block)):
+            exact = _ExactDistances(matrix, block[q], estimates.query_norms[q], estimates.row_norms, positions)
+            if len(positions) > 2 * limit and estimates.bounded(q):
+                maybe = _heap_entrants(*_distance_estimates(estimates, q, exact), limit, descending=False)
+            else:  # every row is reported (the quicksort path), or no bound holds
+                maybe = every
+            distances = exact(maybe)
+            keep = heap_entrants(distances, limit, descending=False)
+            found.append((maybe[keep], distances[keep]))
+    return found
+
+
+def _checked(matrix: np.ndarray, queries: np.ndarray, rows: np.ndarray | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     matrix = _as_matrix(matrix)
     queries = np.asarray(queries)
     if queries.ndim != 2 or queries.dtype != np.float32 or queries.shape[1] != matrix.shape[1]:
         raise ValueError("the queries must be a 2-d float32 array as wide as the vectors (pgvector stores float32)")
-    positions = np.arange(len(matrix)) if rows is None else np.asarray(rows, dtype=np.int64)
-    if len(positions) == 0 or limit <= 0:
-        nothing = (np.empty(0, dtype=np.int64), np.empty(0))
-        return [{order: nothing for order in TIE_ORDERS} for _ in queries]
-    row_norms = norms[positions]
-    estimates = _Estimates(matrix, positions, row_norms)
-    block = max(1, _ESTIMATE_CELLS // len(matrix))
-    found: list[TopByOrder] = []
-    for start in range(0, len(queries), block):
-        found.extend(_top_block(estimates, queries[start:start + block], limit))
-    return found
+    return matrix, queries, np.arange(len(matrix)) if rows is None else np.asarray(rows, dtype=np.int64)
+
+
+def _blocks(matrix: np.ndarray, queries: np.ndarray) -> list[np.ndarray]:
+    """Blocks of queries whose estimates are about `_ESTIMATE_CELLS` at once."""
+    block = max(1, _ESTIMATE_CELLS // max(len(matrix), 1))
+    return [queries[start:start + block] for start in range(0, len(queries), block)]
 
 
 class _Estimates:
@@ -270,18 +306,24 @@ def _near_cut(scaled: np.ndarray, bound: float, limit: int) -> np.ndarray:
 def _tie_ordered(estimates: _Estimates, q: int, limit: int, candidates: np.ndarray,
                  known_distances: np.ndarray) -> TopByOrder:
     """Both tie orders' emulations over query `q`'s estimate, once exact ties decide its top `limit`."""
-    scaled, bound = estimates(q)
     query, query_norm = estimates.queries[q], estimates.query_norms[q]
-    root = float(np.sqrt(np.float64(query_norm)))
     exact = _ExactDistances(estimates.matrix, query, query_norm, estimates.row_norms, estimates.positions)
     exact.seed(candidates, known_distances)
-    approx = 1.0 - scaled.astype(np.float64) / root
-    approx[estimates.outliers] = exact(estimates.outliers)
+    approx, bound = _distance_estimates(estimates, q, exact)
     found = {}
     for order, pick in (("postgres", postgres_top_approx), ("insertion", insertion_top_approx)):
-        top = pick(approx, bound / root, exact, limit, descending=False)
+        top = pick(approx, bound, exact, limit, descending=False)
         found[order] = (top, exact(top))
     return found
+
+
+def _distance_estimates(estimates: _Estimates, q: int, exact: "_ExactDistances") -> tuple[np.ndarray, float]:
+    """Query `q`'s estimated distance to every row and its bound; outliers (no bound) computed exactly."""
+    scaled, bound = estimates(q)
+    root = float(np.sqrt(np.float64(estimates.query_norms[q])))
+    approx = 1.0 - scaled.astype(np.float64) / root
+    approx[estimates.outliers] = exact(estimates.outliers)
+    return approx, bound / root
 
 
 class _ExactDistances:

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from rqsweep.config import Chunking
-from rqsweep.corpus import Corpus, chunk_document, memory_updated_at
+from rqsweep.corpus import Chunk, Corpus, chunk_document, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
@@ -84,8 +84,8 @@ def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool
 
 
 @dataclass
-class Store:
-    """One table's rows in physical (insertion) order."""
+class Rows:
+    """One table's rows in physical (insertion) order: what identifies them, without vectors or postings."""
 
     source_type: str
     ids: list[str]  # chunk ids or memory keys: the identity RRF fuses on
@@ -93,9 +93,31 @@ class Store:
     contents: list[str]
     tags: list[Mapping[str, str]]
     paths: list[str]  # document path, or the memory's store name
-    vectors: np.ndarray
-    lexical: LexicalIndex
     updated_at_ms: np.ndarray
+
+
+def table_rows(corpus: Corpus, per_document: Sequence[Sequence[Chunk]], now: datetime) -> tuple[Rows, Rows]:
+    """The corpus's chunks (`per_document`: each document's, `chunk_document`) and memories as SOAT's two tables
+    hold them, memory ages counted back from `now`."""
+    now_ms = round(now.timestamp() * 1000)
+    chunks = [(d, c) for d, cs in zip(corpus.documents, per_document) for c in cs]
+    documents = Rows("document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
+                     [c.content for _, c in chunks], [d.tags for d, _ in chunks], [d.path for d, _ in chunks],
+                     np.full(len(chunks), now_ms, np.int64))
+    memories = Rows("memory", [m.key for m in corpus.memories], [m.key for m in corpus.memories],
+                    [m.content for m in corpus.memories], [m.tags for m in corpus.memories],
+                    [m.store for m in corpus.memories],
+                    np.array([round(memory_updated_at(m, now).timestamp() * 1000) for m in corpus.memories],
+                             np.int64))
+    return documents, memories
+
+
+@dataclass
+class Store(Rows):
+    """One table's rows, embedded and lexically indexed."""
+
+    vectors: np.ndarray = field(kw_only=True)
+    lexical: LexicalIndex = field(kw_only=True)
     norms: np.ndarray = field(init=False, repr=False)
     _scopes: dict = field(default_factory=dict, repr=False)
 
@@ -144,21 +166,71 @@ class SearchResult:
     recency_factor: float  # what the blend multiplied the fused score by (1 for documents and with the blend off)
 
 
-class Index:
-    """SOAT's two stores, embedded and indexed, searchable for any knob setting."""
+class Catalog:
+    """SOAT's two tables row by row, and what ranked lists need of them: keys, ids, contents and ages (an
+    `Index` without the vectors and postings, as a coordinator of corpus shards holds it)."""
 
-    def __init__(self, documents: Store, memories: Store, embedder: Embedder, now: datetime,
+    def __init__(self, documents: Rows, memories: Rows, embedder: Embedder, now: datetime,
                  tie_order: TieOrder = "postgres"):
         self.stores = {"document": documents, "memory": memories}
         self.embedder = embedder
         self.now = now
         self.tie_order = tie_order
-        self.rows_built = sum(len(store.ids) for store in self.stores.values())
-        self.rows_reused = 0
         self._rows_by_key: dict[str, set[tuple[str, int]]] = {}
         for source_type, store in self.stores.items():
             for row, key in enumerate(store.keys):
                 self._rows_by_key.setdefault(key, set()).add((source_type, row))
+
+    def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
+        """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""
+        now_ms = round((now or self.now).timestamp() * 1000)
+        return (now_ms - self.stores["memory"].updated_at_ms) / 86_400_000
+
+    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return self.embedder.queries.embed(list(queries))
+
+    def expected_rows(self, keys: Sequence[str]) -> list[set[tuple[str, int]]]:
+        """Per expected key, the (source_type, row) pairs that count as a hit: every chunk of a document."""
+        return [self._rows_by_key.get(k, set()) for k in keys]
+
+    def results(self, candidates: Candidates, query_vector: np.ndarray, knobs: Knobs, limit: int,
+                now: datetime | None = None) -> list[SearchResult]:
+        """A query's ranked results from its candidates (`candidates`), for one setting: what `search` returns.
+        Lexical-only results get their similarity from `self.distances`, which a subclass provides."""
+        ages = self.memory_age_days(now)
+        fused = fuse(candidates, knobs, limit, ages)
+        # A vector candidate's score is its cosine already; only lexical-only results need one computed.
+        similarity = {(c.source_type, c.row): c.score for c in candidates.vector}
+        for source_type in self.stores:
+            rows = np.array([f.row for f in fused if f.source_type == source_type
+                             and (source_type, f.row) not in similarity], dtype=np.int64)
+            if len(rows):
+                similarity.update(((source_type, int(r)), 1.0 - float(d))
+                                  for r, d in zip(rows, self.distances(source_type, rows, query_vector)))
+        results = []
+        for f in fused:
+            store = self.stores[f.source_type]
+            signals = {name: p for name, p in (("vector", f.vector_position), ("lexical", f.lexical_position))
+                       if p is not None}
+            results.append(SearchResult(
+                f.source_type, store.keys[f.row], store.ids[f.row] if f.source_type == "document" else None,
+                store.contents[f.row], f.score, similarity[(f.source_type, f.row)], signals,
+                datetime.fromtimestamp(store.updated_at_ms[f.row] / 1000, timezone.utc),
+                recency_factor(float(ages[f.row]), knobs.recency_half_life_days) if f.source_type == "memory" else 1.0,
+            ))
+        return results
+
+
+class Index(Catalog):
+    """SOAT's two stores, embedded and indexed, searchable for any knob setting."""
+
+    stores: dict[str, Store]
+
+    def __init__(self, documents: Store, memories: Store, embedder: Embedder, now: datetime,
+                 tie_order: TieOrder = "postgres"):
+        super().__init__(documents, memories, embedder, now, tie_order)
+        self.rows_built = sum(len(store.ids) for store in self.stores.values())
+        self.rows_reused = 0
 
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
@@ -170,9 +242,7 @@ class Index:
         embedded or parsed again; `rows_built` and `rows_reused` count the rows (chunks and memories) of each.
         """
         now = now or datetime.now(timezone.utc)
-        now_ms = round(now.timestamp() * 1000)
         per_document = [chunk_document(d, chunking) for d in corpus.documents]
-        chunks = [(d, c) for d, cs in zip(corpus.documents, per_document) for c in cs]
         groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
         if cache is None:
             vectors = _embed_column_major(embedder, [text for group in groups for text in group])
@@ -182,29 +252,13 @@ class Index:
             keys = ([cache.document_key(d.content) for d in corpus.documents]
                     + [cache.memory_key(m.content) for m in corpus.memories])
             vectors, rows, reused = _build_with_cache(cache, embedder, keys, groups)
-        n = len(chunks)
-        documents = Store(
-            "document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
-            [c.content for _, c in chunks], [d.tags for d, _ in chunks], [d.path for d, _ in chunks],
-            vectors[:n], LexicalIndex(rows[:n]), np.full(n, now_ms, np.int64),
-        )
-        memories = Store(
-            "memory", [m.key for m in corpus.memories], [m.key for m in corpus.memories],
-            [m.content for m in corpus.memories], [m.tags for m in corpus.memories],
-            [m.store for m in corpus.memories], vectors[n:], LexicalIndex(rows[n:]),
-            np.array([round(memory_updated_at(m, now).timestamp() * 1000) for m in corpus.memories], np.int64),
-        )
-        index = cls(documents, memories, embedder, now, tie_order)
+        documents, memories = table_rows(corpus, per_document, now)
+        n = len(documents.ids)
+        index = cls(Store(**vars(documents), vectors=vectors[:n], lexical=LexicalIndex(rows[:n])),
+                    Store(**vars(memories), vectors=vectors[n:], lexical=LexicalIndex(rows[n:])),
+                    embedder, now, tie_order)
         index.rows_built, index.rows_reused = len(rows) - reused, reused
         return index
-
-    def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
-        """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""
-        now_ms = round((now or self.now).timestamp() * 1000)
-        return (now_ms - self.stores["memory"].updated_at_ms) / 86_400_000
-
-    def embed_queries(self, queries: Sequence[str]) -> np.ndarray:
-        return self.embedder.queries.embed(list(queries))
 
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
                    tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:
@@ -238,35 +292,10 @@ class Index:
         candidates = self.candidates(query, limit, scope, tie_order, query_vector)
         return self.results(candidates, query_vector, knobs, limit, now)
 
-    def results(self, candidates: Candidates, query_vector: np.ndarray, knobs: Knobs, limit: int,
-                now: datetime | None = None) -> list[SearchResult]:
-        """A query's ranked results from its candidates (`candidates`), for one setting: what `search` returns."""
-        ages = self.memory_age_days(now)
-        fused = fuse(candidates, knobs, limit, ages)
-        # A vector candidate's score is its cosine already; only lexical-only results need one computed.
-        similarity = {(c.source_type, c.row): c.score for c in candidates.vector}
-        for source_type, store in self.stores.items():
-            rows = np.array([f.row for f in fused if f.source_type == source_type
-                             and (source_type, f.row) not in similarity], dtype=np.int64)
-            if len(rows):
-                distances = cosine_distance(store.vectors[rows], query_vector, norms=store.norms[rows])
-                similarity.update(((source_type, int(r)), 1.0 - float(d)) for r, d in zip(rows, distances))
-        results = []
-        for f in fused:
-            store = self.stores[f.source_type]
-            signals = {name: p for name, p in (("vector", f.vector_position), ("lexical", f.lexical_position))
-                       if p is not None}
-            results.append(SearchResult(
-                f.source_type, store.keys[f.row], store.ids[f.row] if f.source_type == "document" else None,
-                store.contents[f.row], f.score, similarity[(f.source_type, f.row)], signals,
-                datetime.fromtimestamp(store.updated_at_ms[f.row] / 1000, timezone.utc),
-                recency_factor(float(ages[f.row]), knobs.recency_half_life_days) if f.source_type == "memory" else 1.0,
-            ))
-        return results
-
-    def expected_rows(self, keys: Sequence[str]) -> list[set[tuple[str, int]]]:
-        """Per expected key, the (source_type, row) pairs that count as a hit: every chunk of a document."""
-        return [self._rows_by_key.get(k, set()) for k in keys]
+    def distances(self, source_type: str, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
+        """pgvector's `embedding <=> query` of some rows of a store."""
+        store = self.stores[source_type]
+        return cosine_distance(store.vectors[rows], query_vector, norms=store.norms[rows])
 
     def plan(self, query: str, expected_keys: Sequence[str], limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
              tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None,

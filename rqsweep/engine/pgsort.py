@@ -338,25 +338,68 @@ def _heap_entrants(approx: np.ndarray, error_bound: float, limit: int, descendin
     `limit`-th best key of the prefix; the `limit`-th best estimate of any earlier prefix (taken
     at the start of each chunk) is within `bound` of a value no better than that top.
     """
-    count = len(approx)
-    kept = _worse(approx[:limit], descending)
+    return _entrants(_worse(approx, descending), error_bound, limit)
+
+
+def heap_entrants(keys: np.ndarray, limit: int, *, descending: bool) -> np.ndarray:
+    """Positions (ascending) of exact `keys`, in physical order, that a shard of a table reports so that
+    `top_of_entrants` over every shard's report, concatenated in physical order, is the whole table's top.
+
+    All rows when there are at most `2 * limit` (the quicksort path reads them all); otherwise the first `limit`
+    and a superset of the rows strictly better than this shard's own heap top when they arrive. A shard's heap top
+    is never better than the whole table's at the same row (the table's heap has seen more rows), so every row
+    that enters the whole table's heap is reported; the stable top `limit` is among them too (a later row that
+    is not strictly better than the top has `limit` earlier rows at least as good).
+    """
+    keys = np.asarray(keys)
+    if len(keys) <= 2 * limit:
+        return np.arange(len(keys))
+    return _entrants(float_ordinals(keys, descending), None, limit)
+
+
+def top_of_entrants(keys: np.ndarray, count: int, limit: int, tie_order: TieOrder, *,
+                    descending: bool) -> np.ndarray:
+    """Positions into `keys` (the shards' `heap_entrants`, concatenated in physical order) of the whole table's
+    `ORDER BY key [DESC] LIMIT limit` in `tie_order`; `count` is the whole table's row count.
+
+    Rows left out of a report never enter the heap, and the first `limit` rows of the table are all there (each
+    shard reports its first `limit`), so replaying the report through the heap is PostgreSQL's run; the quicksort
+    path (`count <= 2 * limit`) has every row.
+    """
+    keys = np.asarray(keys)
+    if limit <= 0 or len(keys) == 0:
+        return np.empty(0, dtype=np.int64)
+    if tie_order == "insertion":
+        return insertion_top(keys, limit, descending=descending)
+    if count <= 2 * limit:
+        return _quicksort_top(float_ordinals(keys, descending), limit)
+    return _heap_top(keys, 0.0, keys.__getitem__, limit, descending)
+
+
+def _entrants(worse: np.ndarray, error_bound: float | None, limit: int) -> np.ndarray:
+    """`_heap_entrants` over keys turned so that smaller is better: estimates within `error_bound`, or exact
+    ordinals (None: only a strictly better row can enter)."""
+    count = len(worse)
+    kept = worse[:limit]
     found = [np.arange(limit)]
     start, chunk = limit, _FIRST_CHUNK
     while start < count:
         stop = min(count, start + chunk)
-        worse = _worse(approx[start:stop], descending)
+        part = worse[start:stop]
         threshold = kept.max()
-        if np.isinf(threshold):
+        if error_bound is None:
+            hits = np.flatnonzero(part < threshold)
+        elif np.isinf(threshold):
             # NaN and infinities share the infinite ends here, so nothing can be ruled out.
             hits = np.arange(stop - start)
         elif error_bound == 0:
-            hits = np.flatnonzero(worse < threshold)
+            hits = np.flatnonzero(part < threshold)
         else:
             # `<=`: the rounded sum may land on an estimate that the real sum exceeds.
-            hits = np.flatnonzero(worse <= threshold + 2.0 * error_bound)
+            hits = np.flatnonzero(part <= threshold + 2.0 * error_bound)
         if len(hits):
             found.append(start + hits)
-            kept = np.partition(np.concatenate([kept, worse[hits]]), limit - 1)[:limit]
+            kept = np.partition(np.concatenate([kept, part[hits]]), limit - 1)[:limit]
         start, chunk = stop, min(2 * chunk, _LARGEST_CHUNK)
     return np.concatenate(found)
 
