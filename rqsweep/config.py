@@ -218,11 +218,14 @@ class WorkersConfig:
     With `backend: dask`, no `address` starts a LocalCluster of `n` worker processes on this machine;
     an `address` joins an existing cluster and waits until `n` of its workers are there.
     `n` = -1: every core (loky, LocalCluster), or at least one worker (an existing cluster).
+    `corpus_shards` (Dask, embedded backend): the corpus is cut into that many shards, each indexed on a worker;
+    0 builds the whole index here and sends it to every worker.
     """
 
     backend: Literal["loky", "dask"] = "loky"
     n: int = 1
     address: str | None = None
+    corpus_shards: int = 0
 
 
 def _workers(top: Section) -> WorkersConfig:
@@ -230,13 +233,15 @@ def _workers(top: Section) -> WorkersConfig:
     count = (lambda v: v >= 1 or v == -1, "must be >= 1 (or -1 for every core)")
     if not isinstance(value, dict):
         return WorkersConfig(n=top.get("workers", int, 1, *count))
-    sec = top.section("workers").only("backend", "n", "address")
+    sec = top.section("workers").only("backend", "n", "address", "corpus_shards")
     backend = sec.choice("backend", ("loky", "dask"), "loky")
     address = sec.get("address", str, None, lambda v: "://" in v and not v.endswith("://"),
                       "expected a scheduler address such as tcp://host:8786")
-    if address is not None and backend != "dask":
-        raise sec.fail("address", address, "is only used with `backend: dask`")
-    return WorkersConfig(backend, sec.get("n", int, 1, *count), address)
+    shards = sec.get("corpus_shards", int, 0, lambda v: v >= 1, "must be an integer >= 1 (shards of the corpus)")
+    for key, value in (("address", address), ("corpus_shards", shards or None)):
+        if value is not None and backend != "dask":
+            raise sec.fail(key, value, "is only used with `backend: dask`")
+    return WorkersConfig(backend, sec.get("n", int, 1, *count), address, shards)
 
 
 @dataclass(frozen=True)

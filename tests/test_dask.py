@@ -71,6 +71,8 @@ def test_workers_accepts_the_integer_and_the_mapping(tmp_path):
                                                              "address": "tcp://10.1.2.3:8786"}), BACKENDS)
     assert config.workers == WorkersConfig("dask", 2, "tcp://10.1.2.3:8786")
     assert load_config(write_job(tmp_path / "c", workers={"backend": "dask"}), BACKENDS).workers == WorkersConfig("dask", 1)
+    sharded = load_config(write_job(tmp_path / "d", workers={"backend": "dask", "n": 2, "corpus_shards": 4}), BACKENDS)
+    assert sharded.workers == WorkersConfig("dask", 2, corpus_shards=4)
 
 
 @pytest.mark.parametrize("workers, where, problem", [
@@ -80,6 +82,9 @@ def test_workers_accepts_the_integer_and_the_mapping(tmp_path):
     ({"backend": "dask", "address": "h:8786"}, "workers.address", "'h:8786': expected a scheduler address"),
     ({"backend": "dask", "nodes": 2}, "workers.nodes", "unknown key"),
     ([2], "workers", "expected int"),
+    ({"backend": "dask", "corpus_shards": 0}, "workers.corpus_shards", "0: must be an integer >= 1"),
+    ({"backend": "dask", "corpus_shards": "4"}, "workers.corpus_shards", "'4': expected int"),
+    ({"backend": "loky", "corpus_shards": 2}, "workers.corpus_shards", "2: is only used with `backend: dask`"),
 ])
 def test_bad_workers_name_file_key_and_value(tmp_path, workers, where, problem):
     path = write_job(tmp_path, workers=workers)
@@ -93,6 +98,46 @@ def test_a_local_dask_cluster_gives_the_single_process_results(tmp_path, handboo
     assert_same_results(outcome.run_dir, handbook_reference)
     log = capfd.readouterr().err
     assert "dask: 2 workers at tcp://127.0.0.1:" in log and "candidates: shard 8/8 on the cluster" in log
+
+
+def test_corpus_shards_on_a_local_cluster_give_the_single_process_results(tmp_path, handbook_reference, capfd):
+    outcome = job.run(handbook_job(tmp_path, {"backend": "dask", "n": 2, "corpus_shards": 3}), quiet=False)
+    assert_same_results(outcome.run_dir, handbook_reference)
+    hits, want = (pl.read_parquet(d / "hits.parquet").drop(RUN_SPECIFIC, strict=False)
+                  for d in (outcome.run_dir, handbook_reference))
+    assert hits.height > 0 and hits.equals(want)
+    assert "dask: 3 corpus shards indexed on the workers" in capfd.readouterr().err
+
+
+def test_corpus_shards_keep_postgres_order_among_ties_across_shards(tmp_path):
+    """Every document five times over, copies spread through the table: the vector and lexical channels tie
+    across shards at every cut, and PostgreSQL's heap order, not insertion order, decides which copy ranks."""
+    from tests.minijob import DOCUMENTS, MEMORIES
+
+    def tied_job(folder: Path, workers: object) -> Path:
+        path = write_job(folder, workers=workers, backend={
+            "kind": "embedded", "embedder": {"kind": "feature-hash", "dimensions": 256},
+            "chunking": {"strategy": "whole"}})
+        documents = [{"key": k if copy == 0 else f"{k}-copy{copy}", "path": p, "content": c}
+                     for copy in range(5) for k, p, c in DOCUMENTS]
+        memories = [{"key": k if copy == 0 else f"{k}-copy{copy}", "content": c, "age_days": a, "store": "facts"}
+                    for copy in range(3) for k, c, a in MEMORIES]
+        (folder / "corpus.yaml").write_text(yaml.safe_dump({"documents": documents, "memories": memories}))
+        return path
+
+    serial = job.run(tied_job(tmp_path / "serial", 1), quiet=True).run_dir
+    sharded = job.run(tied_job(tmp_path / "sharded", {"backend": "dask", "n": 2, "corpus_shards": 4}),
+                      quiet=True).run_dir
+    assert_same_results(sharded, serial)
+    assert pl.read_parquet(serial / "queries.parquet")["tie_sensitive"].any()  # ties do decide positions here
+
+
+def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):
+    path = write_job(tmp_path, workers={"backend": "dask", "n": 1, "corpus_shards": 2}, backend={
+        "kind": "embedded", "embedder": {"kind": "ollama", "model": "nomic-embed-text"}})
+    with pytest.raises(InputError) as caught:
+        job.run(path, quiet=True)
+    assert caught.value.where == "workers.corpus_shards" and "feature-hash or local" in caught.value.problem
 
 
 def test_a_synthetic_corpus_on_an_existing_cluster_gives_the_single_process_results(tmp_path):

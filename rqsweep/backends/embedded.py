@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,6 +25,7 @@ from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, Feat
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
+from rqsweep.errors import InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.pacing import RequestLimits
@@ -66,7 +69,7 @@ class EmbeddedBackend:
         """Embed the golden queries and extract their candidates, here or on the cluster."""
         self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
-        if self.workers.backend == "dask":
+        if self.workers.backend == "dask" and not self.workers.corpus_shards:
             from rqsweep.backends.dask_shards import DaskShards
 
             self.cluster = self.cluster or DaskCluster(self.workers, log)
@@ -95,7 +98,8 @@ class EmbeddedBackend:
 
     def _score_here(self, batch: SettingsBatch) -> PositionsAndTies:
         """In this process, or over local loky processes through joblib, a shard of queries per process."""
-        workers = self.workers.n if self.workers.n > 0 else os.cpu_count() or 1
+        # With corpus shards the cluster has extracted; evaluation, cheap, stays in this process.
+        workers = 1 if self.workers.backend == "dask" else self.workers.n if self.workers.n > 0 else os.cpu_count() or 1
         if workers == 1 or len(batch) * len(self.plans) < _MIN_PARALLEL_WORK:
             return score_plans(self._stacked(1)[0], batch, self.limit)
         return score_in_processes(self._stacked(workers), batch, self.limit, workers)
@@ -165,12 +169,23 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     started = time.monotonic()
     engine = config.backend
     workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
+    if workers.corpus_shards and engine.embedder.kind not in ("feature-hash", "local"):
+        raise InputError(config.path, "workers.corpus_shards", f"{workers.corpus_shards}: needs an embedder the "
+                         f"workers run themselves (feature-hash or local), not {engine.embedder.kind}: a remote "
+                         "provider's limits hold for the whole run only when the coordinator embeds")
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:
         embedder = build_embedder(engine, cluster, log)
+        # Corpus shards are built on the workers, without the index cache (its file is on this machine).
         cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"))
-                 if engine.cache_dir else None)
-        index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
+                 if engine.cache_dir and not workers.corpus_shards else None)
+        if workers.corpus_shards:
+            from rqsweep.backends.dask_corpus import ShardedIndex
+
+            index = ShardedIndex(cluster, corpus, embedder, partial(build_embedder, engine), engine.chunking,
+                                 datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log)
+        else:
+            index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
     except BaseException:
         if cluster is not None:
             cluster.close()

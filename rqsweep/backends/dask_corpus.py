@@ -1,0 +1,80 @@
+"""The corpus cut into shards on a Dask cluster (`workers.corpus_shards`): each shard's index is built on a worker
+and stays there, and the coordinator keeps only the tables' rows (`Catalog`: keys, ids, contents, ages), never the
+vectors or postings. Each block of golden queries is one task per shard, returning what it reports
+(`engine.shards.shard_reports`); the coordinator merges the reports exactly, PostgreSQL's tie order included, and
+then plans and scores as a one-process run does: the grid and queries tables are the same (tests/test_dask.py).
+
+A shard's index is a submitted task, not scattered data: when its worker dies, Dask builds it again elsewhere
+from the task (its corpus share travels inside it).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rqsweep.backends.dask_cluster import DaskCluster, cluster_errors
+from rqsweep.config import Chunking
+from rqsweep.corpus import Corpus, chunk_document
+from rqsweep.engine.channels import Candidates
+from rqsweep.engine.embed import Embedder
+from rqsweep.engine.index import Catalog, Index, table_rows
+from rqsweep.engine.pgsort import TieOrder
+from rqsweep.engine.shards import merge_reports, shard_reports, split_corpus
+from rqsweep.scope import Scope
+
+
+def _build_shard(corpus: Corpus, embedder: Callable[[], Embedder], chunking: Chunking, now: datetime,
+                 tie_order: TieOrder) -> Index:
+    index = Index.build(corpus, embedder(), chunking, now=now, tie_order=tie_order)
+    index.embedder = None  # queries arrive embedded
+    return index
+
+
+def _sizes(index: Index) -> dict[str, int]:
+    return {source_type: len(store.ids) for source_type, store in index.stores.items()}
+
+
+class ShardedIndex(Catalog):
+    """An `Index` whose vectors and postings live in shards on the cluster: `candidates_many` asks every shard and
+    merges, and keeps the distances of the lexical rows reported, which `results` needs.
+
+    `embedder` embeds the queries here; `shard_embedder()` makes the same embedder on a worker (an embedder
+    object need not pickle: the feature hash holds a lock)."""
+
+    def __init__(self, cluster: DaskCluster, corpus: Corpus, embedder: Embedder,
+                 shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
+                 n_shards: int, log: Callable[[str], None]):
+        per_document = [chunk_document(d, chunking) for d in corpus.documents]
+        super().__init__(*table_rows(corpus, per_document, now), embedder, now, tie_order)
+        self.client = cluster.client
+        started = time.monotonic()
+        with cluster_errors():
+            self.shards = [self.client.submit(_build_shard, part, shard_embedder, chunking, now, tie_order,
+                                              pure=False) for part in split_corpus(corpus, n_shards)]
+            sizes = self.client.gather([self.client.submit(_sizes, shard, pure=False) for shard in self.shards])
+        self.offsets = [{t: sum(s[t] for s in sizes[:i]) for t in sizes[0]} for i in range(len(sizes))]
+        log(f"dask: {len(self.shards)} corpus shards indexed on the workers in {time.monotonic() - started:.1f}s")
+        self._distances: dict[bytes, dict[tuple[str, int], float]] = {}
+
+    def candidates_many(self, queries: Sequence[str], query_vectors: np.ndarray, limit: int,
+                        scope: Scope) -> list[dict[TieOrder, Candidates]]:
+        """`Index.candidates_many` of the whole corpus, from one task per shard."""
+        with cluster_errors():
+            reports = self.client.gather([self.client.submit(shard_reports, shard, list(queries), query_vectors,
+                                                             limit, scope, pure=False) for shard in self.shards])
+        found = []
+        for q, vector in enumerate(query_vectors):
+            candidates, distances = merge_reports([r[q] for r in reports], self.offsets, limit)
+            # A row's distance depends on the query's vector only, so queries with one vector share the map.
+            self._distances.setdefault(vector.tobytes(), {}).update(distances)
+            found.append(candidates)
+        return found
+
+    def distances(self, source_type: str, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
+        """pgvector's distance of lexical rows a shard reported for this query vector."""
+        known = self._distances[query_vector.tobytes()]
+        return np.array([known[source_type, int(r)] for r in rows], dtype=np.float64)
