@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/dask.py                          # 100,000 chunks, 1,000 queries, 1 and 2 workers
     .venv/bin/python benchmarks/dask.py --chunks 20000 --workers 1 2 4
     .venv/bin/python benchmarks/dask.py --http                   # HTTP direct mode: handbook, `rqsweep serve`
+    .venv/bin/python benchmarks/dask.py --corpus-shards --chunks 50000   # corpus shards: 1 worker vs 2
 
 Uses benchmarks/engine.py's synthetic corpus and settings. "Whole job" here is what the backend does for a
 run: build the index, extract every query's candidates, evaluate every setting in the job's checkpoint
@@ -12,6 +13,11 @@ docs/scaling.md to the one-process run and prints its prediction next to each Da
 `--http` instead runs HTTP direct mode against `rqsweep serve` in its own process (benchmarks/http_backend.py's
 server and configs): the handbook's 165 queries x `--settings` settings, here and on N Dask workers, without a
 rate cap and with `--rate`, printing the searches per second each reaches and the peak in any one second.
+
+`--corpus-shards` instead runs `workers.corpus_shards` (one shard per worker) on N workers: the index built on
+the workers, every query's candidates merged from the shards, every setting evaluated; it prints each phase's
+wall time, the CPU seconds the workers and the coordinator spent (the machine is shared: CPU is the steadier
+figure), and checks that the positions equal the first run's.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ import pickle
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # This file's name would shadow the dask package: take its folder off the import path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 sys.path.insert(0, str(HERE.parent))
+sys.path.append(str(HERE))  # last: the other benchmarks' helpers (timing.py), after the installed dask
 
 
 
@@ -44,6 +52,8 @@ bench_engine = _benchmark("engine")  # also pins BLAS to one thread, as the sing
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from rqsweep.backends.dask_cluster import DaskCluster  # noqa: E402
+from rqsweep.backends.dask_corpus import ShardedIndex  # noqa: E402
 from rqsweep.backends.embedded import EmbeddedBackend  # noqa: E402
 from rqsweep.config import Chunking, WorkersConfig  # noqa: E402
 from rqsweep.engine.batch import SettingsBatch  # noqa: E402
@@ -116,6 +126,44 @@ def http_direct(workers: list[int], n_settings: int, in_flight: int, rate: float
             server.wait()
 
 
+def _worker_cpu() -> float:
+    return time.process_time()
+
+
+def corpus_shards(args: argparse.Namespace) -> None:
+    """`workers.corpus_shards` on 1, 2, ... workers (one shard each): phases' wall time and CPU, same positions."""
+    corpus, queries = bench_engine.synthetic_corpus(args.chunks, args.chunks // 10)
+    golden = golden_of(queries[: args.queries])
+    settings = bench_engine.settings_grid(args.settings)
+    print(f"== corpus shards: synthetic {args.chunks} chunks, {len(corpus.memories)} memories, "
+          f"{len(golden.queries)} queries, {len(settings)} settings")
+    first = None
+    for n in args.workers:
+        workers = WorkersConfig("dask", n, corpus_shards=n)
+        cluster = DaskCluster(workers, lambda _: None)
+        try:
+            cpu = cluster.client.run(_worker_cpu)
+            here = time.process_time()
+            t0 = time.perf_counter()
+            index = ShardedIndex(cluster, corpus, FeatureHashEmbedder(1024), lambda: FeatureHashEmbedder(1024),
+                                 Chunking("size", 1000, 200), datetime.now(timezone.utc), "postgres", n, lambda _: None)
+            t1 = time.perf_counter()
+            backend = EmbeddedBackend(index, golden, LIMIT, Scope(), workers, lambda _: None, cluster=cluster)
+            t2 = time.perf_counter()
+            positions = [backend.evaluate(settings[a:a + backend.checkpoint_every])["positions"]
+                         for a in range(0, len(settings), backend.checkpoint_every)]
+            t3 = time.perf_counter()
+            spent = sum(cluster.client.run(_worker_cpu)[w] - cpu[w] for w in cpu)
+            coordinator = time.process_time() - here
+        finally:
+            cluster.close()
+        first = first or positions
+        same = all(a.equals(b) for a, b in zip(positions, first))
+        print(f"dask {n} worker(s), {n} shard(s): build on the workers {t1 - t0:.1f} s, extraction {t2 - t1:.1f} s, "
+              f"evaluation {t3 - t2:.1f} s, total {t3 - t0:.1f} s wall; CPU: workers {spent:.1f} s, coordinator "
+              f"{coordinator:.1f} s; positions equal the first run's: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", type=int, default=100_000)
@@ -125,7 +173,10 @@ def main() -> None:
     ap.add_argument("--http", action="store_true", help="HTTP direct mode instead (handbook, --settings 4 is plenty)")
     ap.add_argument("--in-flight", type=int, default=4, help="with --http: max_in_flight")
     ap.add_argument("--rate", type=float, default=50.0, help="with --http: the requests_per_second cap tried")
+    ap.add_argument("--corpus-shards", action="store_true", help="workers.corpus_shards on each --workers count")
     args = ap.parse_args()
+    if args.corpus_shards:
+        return corpus_shards(args)
     if args.http:
         return http_direct(args.workers, min(args.settings, 10), args.in_flight, args.rate)
 

@@ -15,7 +15,7 @@ from rqsweep.corpus import Corpus, Document, Memory
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import heap_entrants, postgres_top, top_of_entrants
-from rqsweep.engine.shards import merge_reports, shard_reports, split_corpus
+from rqsweep.engine.shards import sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -35,15 +35,19 @@ def tied_corpus(rng: random.Random, n_documents: int, n_memories: int) -> Corpus
     return Corpus(documents, memories)
 
 
-def sharded_candidates(corpus: Corpus, n_shards: int, queries: list[str], vectors: np.ndarray, limit: int,
+def from_shards(corpus: Corpus, n_shards: int, queries: list[str], vectors: np.ndarray, limit: int,
                        scope: Scope):
-    reports, offsets, first = [], [], {"document": 0, "memory": 0}
+    indexes, offsets, first = [], [], {"document": 0, "memory": 0}
     for part in split_corpus(corpus, n_shards):
-        shard = Index.build(part, EMBEDDER, CHUNKING, now=NOW)
-        reports.append(shard_reports(shard, queries, vectors, limit, scope))
+        indexes.append(Index.build(part, EMBEDDER, CHUNKING, now=NOW))
         offsets.append(dict(first))
-        first = {t: first[t] + len(shard.stores[t].ids) for t in first}
-    return [merge_reports([r[q] for r in reports], offsets, limit) for q in range(len(queries))]
+        first = {t: first[t] + len(indexes[-1].stores[t].ids) for t in first}
+
+    def on_shards(task, *args, each=None):
+        return [task(index, *([] if each is None else [each[i]]), *args) for i, index in enumerate(indexes)]
+
+    found, distances = sharded_candidates(on_shards, offsets, queries, vectors, limit, scope)
+    return list(zip(found, distances))
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,7 +61,7 @@ def test_shards_merge_to_the_whole_index_in_both_tie_orders(seed, n_documents, n
     vectors = whole.embed_queries(queries)
     scope = Scope(tags={"team": "a"}) if scoped else Scope()
     want = whole.candidates_many(queries, vectors, limit, scope)
-    got = sharded_candidates(corpus, n_shards, queries, vectors, limit, scope)
+    got = from_shards(corpus, n_shards, queries, vectors, limit, scope)
     for q, (candidates, distances) in enumerate(got):
         assert candidates == want[q]
         for c in candidates["postgres"].lexical:  # the similarity a lexical-only result is given
@@ -73,7 +77,7 @@ def test_the_corpus_is_built_for_ties_that_decide_the_order_across_shards():
     assert both["postgres"] != both["insertion"]
     rows = {c.row for c in both["postgres"].vector}
     assert min(rows) < 60 <= max(rows)  # the top holds rows of both halves of the table
-    assert sharded_candidates(corpus, 2, ["alpha beta"], vectors, 10, Scope())[0][0] == both
+    assert from_shards(corpus, 2, ["alpha beta"], vectors, 10, Scope())[0][0] == both
 
 
 @pytest.mark.parametrize("descending", [False, True])

@@ -23,7 +23,7 @@ from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Catalog, Index, table_rows
 from rqsweep.engine.pgsort import TieOrder
-from rqsweep.engine.shards import merge_reports, shard_reports, split_corpus
+from rqsweep.engine.shards import sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 
@@ -62,17 +62,18 @@ class ShardedIndex(Catalog):
 
     def candidates_many(self, queries: Sequence[str], query_vectors: np.ndarray, limit: int,
                         scope: Scope) -> list[dict[TieOrder, Candidates]]:
-        """`Index.candidates_many` of the whole corpus, from one task per shard."""
+        """`Index.candidates_many` of the whole corpus, from a round or three of one task per shard."""
         with cluster_errors():
-            reports = self.client.gather([self.client.submit(shard_reports, shard, list(queries), query_vectors,
-                                                             limit, scope, pure=False) for shard in self.shards])
-        found = []
-        for q, vector in enumerate(query_vectors):
-            candidates, distances = merge_reports([r[q] for r in reports], self.offsets, limit)
+            found, distances = sharded_candidates(self._on_shards, self.offsets, queries, query_vectors, limit, scope)
+        for vector, known in zip(query_vectors, distances):
             # A row's distance depends on the query's vector only, so queries with one vector share the map.
-            self._distances.setdefault(vector.tobytes(), {}).update(distances)
-            found.append(candidates)
+            self._distances.setdefault(vector.tobytes(), {}).update(known)
         return found
+
+    def _on_shards(self, task: Callable[..., object], *args: object, each: Sequence | None = None) -> list:
+        """`engine.shards.OnShards`: a task per shard, where its index lives."""
+        return self.client.gather([self.client.submit(task, shard, *([] if each is None else [each[i]]), *args,
+                                                      pure=False) for i, shard in enumerate(self.shards)])
 
     def distances(self, source_type: str, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
         """pgvector's distance of lexical rows a shard reported for this query vector."""

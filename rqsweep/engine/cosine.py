@@ -165,6 +165,28 @@ def cosine_top_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norm
     return found
 
 
+def cosine_head_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norms: np.ndarray,
+                     rows: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per query, the best `limit + 1` of `matrix[rows]` (default every row) by pgvector's distance, ties in row
+    order: positions into `rows` and their exact distances, best first. With `cosine_top_many`'s estimate, only
+    the rows near the cut get the exact arithmetic. `norms` must be `squared_norms(matrix)`.
+    """
+    matrix, queries, positions = _checked(matrix, queries, rows)
+    if len(positions) == 0 or limit <= 0:
+        return [(np.empty(0, dtype=np.int64), np.empty(0)) for _ in queries]
+    estimates = _Estimates(matrix, positions, norms[positions])
+    found = []
+    for block in _blocks(matrix, queries):
+        for q, (candidates, distances) in enumerate(_exact_near_cut(estimates, block, limit)):
+            if not estimates.bounded(q):  # no bound holds: every row exactly
+                candidates = np.arange(len(positions))
+                distances = _ExactDistances(matrix, block[q], estimates.query_norms[q], estimates.row_norms,
+                                            positions)(candidates)
+            order = np.argsort(float_ordinals(distances, descending=False), kind="stable")[:limit + 1]
+            found.append((candidates[order], distances[order]))
+    return found
+
+
 def cosine_entrants_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norms: np.ndarray,
                          rows: np.ndarray | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per query, `pgsort.heap_entrants` of pgvector's distances from `matrix[rows]` (default every row): the
@@ -264,6 +286,26 @@ class _Estimates:
 
 
 def _top_block(estimates: _Estimates, queries: np.ndarray, limit: int) -> list[TopByOrder]:
+    found = []
+    for q, (candidates, exact_part) in enumerate(_exact_near_cut(estimates, queries, limit)):
+        if not estimates.bounded(q):  # no bound holds: the reference computes every row exactly
+            subset = estimates.matrix[estimates.positions]
+            found.append({order: cosine_top(subset, queries[q], limit, tie_order=order, norms=estimates.row_norms)
+                          for order in TIE_ORDERS})
+            continue
+        ordinals = float_ordinals(exact_part, descending=False)
+        order = np.argsort(ordinals, kind="stable")[:limit + 1]
+        if ties_irrelevant(ordinals[order], limit):
+            top = (candidates[order[:limit]], exact_part[order[:limit]])
+            found.append({tie_order: top for tie_order in TIE_ORDERS})
+        else:
+            found.append(_tie_ordered(estimates, q, limit, candidates, exact_part))
+    return found
+
+
+def _exact_near_cut(estimates: _Estimates, queries: np.ndarray, limit: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per query of a new block, the positions that may be among its best `limit + 1` (`_near_cut`; none when no
+    bound holds) and their exact distances, the whole block's in one call of the exact arithmetic."""
     estimates.start(queries)
     matrix, positions, row_norms, query_norms = (estimates.matrix, estimates.positions, estimates.row_norms,
                                                  estimates.query_norms)
@@ -276,21 +318,7 @@ def _top_block(estimates: _Estimates, queries: np.ndarray, limit: int) -> list[T
         q, p = owners[a:a + _ROW_BLOCK], wanted[a:a + _ROW_BLOCK]
         distances[a:a + _ROW_BLOCK] = _distance(_pg_dot(matrix[positions[p]], queries[q]), row_norms[p],
                                                 query_norms[q])
-    found = []
-    for q, (candidates, exact_part) in enumerate(zip(pairs, np.split(distances, np.cumsum([len(p) for p in pairs])))):
-        if not estimates.bounded(q):  # no bound holds: the reference computes every row exactly
-            subset = matrix[positions]
-            found.append({order: cosine_top(subset, queries[q], limit, tie_order=order, norms=row_norms)
-                          for order in TIE_ORDERS})
-            continue
-        ordinals = float_ordinals(exact_part, descending=False)
-        order = np.argsort(ordinals, kind="stable")[:limit + 1]
-        if ties_irrelevant(ordinals[order], limit):
-            top = (candidates[order[:limit]], exact_part[order[:limit]])
-            found.append({tie_order: top for tie_order in TIE_ORDERS})
-        else:
-            found.append(_tie_ordered(estimates, q, limit, candidates, exact_part))
-    return found
+    return list(zip(pairs, np.split(distances, np.cumsum([len(p) for p in pairs]))))
 
 
 def _near_cut(scaled: np.ndarray, bound: float, limit: int) -> np.ndarray:

@@ -1,43 +1,50 @@
 """A corpus split into shards of consecutive rows, each indexed on its own, and the exact merge of what they report.
 
-Both channels' keys are per row (a vector's cosine to the query, a chunk's ts_rank_cd), so a shard computes
-them exactly as the whole index would. What a shard cannot know is PostgreSQL's order among ties, which depends
-on every row before: each shard reports, per query, store and channel, the rows that can enter the whole table's
-top-N heap (`pgsort.heap_entrants`: its own heap's entrants, a superset) with their exact keys, and the
-coordinator replays them in physical order (`pgsort.top_of_entrants`). The result is `Index.candidates_many`'s,
-tie order included (tests/test_shards.py).
+Both channels' keys are per row (a vector's cosine to the query, a chunk's ts_rank_cd), so a shard computes them
+exactly as the whole index would. What a shard cannot know is PostgreSQL's order among ties, which depends on every
+row before. `sharded_candidates` asks the shards in up to three rounds:
+
+1. per query and store, the vector channel's best `limit + 1` rows (few need the exact arithmetic) and the lexical
+   channel's heap entrants (`pgsort.heap_entrants`: cheap, its ranks are exact anyway);
+2. where the merged best `limit + 1` distances are not all distinct (exact ties decide), the vector channel's heap
+   entrants for that query and store: the rows that can enter the whole table's top-N heap, which the coordinator
+   replays in physical order (`pgsort.top_of_entrants`);
+3. the distances of the lexical candidates to their query, for the similarity of lexical-only results.
+
+The result is `Index.candidates_many`'s, tie order included (tests/test_shards.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from rqsweep.corpus import Corpus
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
-from rqsweep.engine.cosine import cosine_entrants_many
+from rqsweep.engine.cosine import cosine_entrants_many, cosine_head_many
 from rqsweep.engine.index import Index
-from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder, heap_entrants, top_of_entrants
+from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder, float_ordinals, heap_entrants, ties_irrelevant, top_of_entrants
 from rqsweep.scope import Scope
 
-CHANNELS = ("vector", "lexical")
+STORES = ("document", "memory")
 
 
 @dataclass(frozen=True)
 class Report:
-    """One channel of one store of one shard, for one query: rows (the shard's, ascending) and exact keys
-    (cosine distance, or ts_rank_cd), out of `count` rows the channel's query reads (in scope; lexical: matching).
-    `distances`: pgvector's distance of each lexical row to the query, for the similarity of lexical-only results."""
+    """One channel of one store of one shard, for one query: the shard's rows and their exact keys (cosine distance,
+    or ts_rank_cd), out of `count` rows the channel's query reads (in scope; lexical: also matching)."""
 
     rows: np.ndarray
     keys: np.ndarray
     count: int
-    distances: np.ndarray | None = None
 
 
 ShardReport = dict[tuple[str, str], Report]  # (source_type, channel) -> Report, for one query
+# `on_shards(task, *args, each=None)` runs `task(shard's index, each[shard], *args)` (without `each[shard]` when
+# `each` is None) on every shard, results in shard order: in this process, or on a cluster.
+OnShards = Callable[..., list]
 
 
 def split_corpus(corpus: Corpus, n_shards: int) -> list[Corpus]:
@@ -52,48 +59,125 @@ def split_corpus(corpus: Corpus, n_shards: int) -> list[Corpus]:
     return [Corpus(d, m) for d, m in zip(cut(corpus.documents), cut(corpus.memories))]
 
 
-def shard_reports(index: Index, queries: Sequence[str], vectors: np.ndarray, limit: int,
+def _in_scope(store, scope: Scope) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A store's rows in scope, the same or None when every row is (what `cosine_*_many` take), and the mask."""
+    rows, mask = store.in_scope(scope)
+    return rows, (None if len(rows) == len(store.ids) else rows), mask
+
+
+def first_reports(index: Index, queries: Sequence[str], vectors: np.ndarray, limit: int,
                   scope: Scope) -> list[ShardReport]:
-    """What a shard's index reports for each query (`vectors`: the queries embedded): see the module docstring."""
+    """Round 1 on one shard: per query, each store's vector best `limit + 1` (best first) and lexical entrants."""
     found: list[ShardReport] = [{} for _ in queries]
     for source_type, store in index.stores.items():
-        rows, mask = store.in_scope(scope)
-        entrants = (cosine_entrants_many(store.vectors, vectors, limit, norms=store.norms,
-                                         rows=None if len(rows) == len(store.ids) else rows) if len(rows)
-                    else [(rows, np.empty(0))] * len(queries))
-        for report, (at, distances) in zip(found, entrants):
+        rows, subset, mask = _in_scope(store, scope)
+        heads = (cosine_head_many(store.vectors, vectors, limit, norms=store.norms, rows=subset) if len(rows)
+                 else [(rows, np.empty(0))] * len(queries))
+        for report, (at, distances), query in zip(found, heads, queries):
             report[source_type, "vector"] = Report(rows[at], distances, len(rows))
-        for report, query, vector in zip(found, queries, vectors):
             matching, ranks = store.lexical.search(query)
             if mask is not None and len(matching):
                 keep = mask[matching]
                 matching, ranks = matching[keep], ranks[keep]
             at = heap_entrants(ranks, limit, descending=True)
-            reported = matching[at].astype(np.int64)
-            report[source_type, "lexical"] = Report(reported, ranks[at], len(matching),
-                                                    index.distances(source_type, reported, vector))
+            report[source_type, "lexical"] = Report(matching[at].astype(np.int64), ranks[at], len(matching))
     return found
 
 
-def merge_reports(shards: Sequence[ShardReport], offsets: Sequence[dict[str, int]], limit: int
-                  ) -> tuple[dict[TieOrder, Candidates], dict[tuple[str, int], float]]:
-    """One query's candidates in both tie orders from every shard's report (shards in row order; `offsets`: each
-    shard's first row per store in the whole table), and the distance of every lexical row reported."""
-    lists: dict[TieOrder, dict[str, list[list[Candidate]]]] = {o: {c: [] for c in CHANNELS} for o in TIE_ORDERS}
-    distances: dict[tuple[str, int], float] = {}
-    for source_type in ("document", "memory"):
-        for channel in CHANNELS:
-            parts = [shard[source_type, channel] for shard in shards]
-            rows = np.concatenate([p.rows + offset[source_type] for p, offset in zip(parts, offsets)])
-            keys = np.concatenate([p.keys for p in parts])
-            count = sum(p.count for p in parts)
-            if channel == "lexical":
-                distances.update(zip(((source_type, int(r)) for r in rows),
-                                     np.concatenate([p.distances for p in parts]).tolist()))
-            for order in TIE_ORDERS:
-                top = top_of_entrants(keys, count, limit, order, descending=channel == "lexical")
-                lists[order][channel].append([
-                    Candidate(source_type, int(rows[t]), 1.0 - float(keys[t]) if channel == "vector"
-                              else float(keys[t])) for t in top])
-    return {order: Candidates(merge_shards(*lists[order]["vector"]), merge_shards(*lists[order]["lexical"]))
-            for order in TIE_ORDERS}, distances
+def vector_entrants(index: Index, wanted: Sequence[tuple[int, str]], vectors: np.ndarray, limit: int,
+                    scope: Scope) -> list[Report]:
+    """Round 2 on one shard: the vector channel's heap entrants for each (query, store) of `wanted`."""
+    found: dict[tuple[int, str], Report] = {}
+    for source_type in STORES:
+        queries = [q for q, t in wanted if t == source_type]
+        if not queries:
+            continue
+        store = index.stores[source_type]
+        rows, subset, _ = _in_scope(store, scope)
+        entrants = (cosine_entrants_many(store.vectors, vectors[queries], limit, norms=store.norms, rows=subset)
+                    if len(rows) else [(rows, np.empty(0))] * len(queries))
+        for q, (at, distances) in zip(queries, entrants):
+            found[q, source_type] = Report(rows[at], distances, len(rows))
+    return [found[w] for w in wanted]
+
+
+def row_distances(index: Index, wanted: Sequence[tuple[int, str, np.ndarray]], vectors: np.ndarray
+                  ) -> list[np.ndarray]:
+    """Round 3 on one shard: pgvector's distance of each (query, store, this shard's rows) of `wanted`."""
+    return [index.distances(source_type, rows, vectors[q]) for q, source_type, rows in wanted]
+
+
+def _joined(parts: Sequence[Report], offsets: Sequence[int]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The shards' reports as one, rows numbered in the whole table."""
+    return (np.concatenate([p.rows + offset for p, offset in zip(parts, offsets)]),
+            np.concatenate([p.keys for p in parts]), sum(p.count for p in parts))
+
+
+def _untied_head(parts: Sequence[Report], offsets: Sequence[int], limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The whole table's best `limit` rows and distances from the shards' best `limit + 1` when they are distinct
+    with the next one (then every sort agrees); None when exact ties decide."""
+    rows, keys, _ = _joined(parts, offsets)
+    ordinals = float_ordinals(keys, descending=False)
+    best = np.lexsort((rows, ordinals))[:limit + 1]
+    if not ties_irrelevant(ordinals[best], limit):
+        return None
+    return rows[best[:limit]], keys[best[:limit]]
+
+
+def sharded_candidates(on_shards: OnShards, offsets: Sequence[dict[str, int]], queries: Sequence[str],
+                       vectors: np.ndarray, limit: int, scope: Scope
+                       ) -> tuple[list[dict[TieOrder, Candidates]], list[dict[tuple[str, int], float]]]:
+    """`Index.candidates_many` of the whole corpus from its shards (`offsets`: each shard's first row per store in
+    the whole table), and per query the distance of each lexical candidate (see the module docstring)."""
+    reports = on_shards(first_reports, list(queries), vectors, limit, scope)
+    shard_offsets = {t: [o[t] for o in offsets] for t in STORES}
+    heads = {(q, t): _untied_head([r[q][t, "vector"] for r in reports], shard_offsets[t], limit)
+             for q in range(len(queries)) for t in STORES}
+    tied = [key for key, head in heads.items() if head is None]
+    entrants = on_shards(vector_entrants, tied, vectors, limit, scope) if tied else []
+    for n, (q, t) in enumerate(tied):
+        for r, shard in zip(reports, entrants):
+            r[q][t, "vector"] = shard[n]
+    found = []
+    for q in range(len(queries)):
+        lists: dict[TieOrder, dict[str, list[list[Candidate]]]] = {o: {"vector": [], "lexical": []}
+                                                                    for o in TIE_ORDERS}
+        for t in STORES:
+            for channel in ("vector", "lexical"):
+                head = heads[q, t] if channel == "vector" else None
+                rows, keys, count = _joined([r[q][t, channel] for r in reports], shard_offsets[t])
+                for order in TIE_ORDERS:
+                    if head is not None:
+                        picked_rows, picked = head
+                    else:
+                        top = top_of_entrants(keys, count, limit, order, descending=channel == "lexical")
+                        picked_rows, picked = rows[top], keys[top]
+                    lists[order][channel].append([
+                        Candidate(t, int(row), 1.0 - float(key) if channel == "vector" else float(key))
+                        for row, key in zip(picked_rows, picked)])
+        found.append({order: Candidates(merge_shards(*lists[order]["vector"]), merge_shards(*lists[order]["lexical"]))
+                      for order in TIE_ORDERS})
+    return found, _lexical_distances(on_shards, offsets, found, vectors)
+
+
+def _lexical_distances(on_shards: OnShards, offsets: Sequence[dict[str, int]],
+                       found: Sequence[dict[TieOrder, Candidates]], vectors: np.ndarray
+                       ) -> list[dict[tuple[str, int], float]]:
+    """Per query, pgvector's distance of each lexical candidate (either tie order), asked of the shard holding it."""
+    wanted: list[list[tuple[int, str, np.ndarray]]] = [[] for _ in offsets]
+    for q, by_order in enumerate(found):
+        rows = {(c.source_type, c.row) for order in TIE_ORDERS for c in by_order[order].lexical}
+        for t in STORES:
+            mine = np.array(sorted(r for s, r in rows if s == t), dtype=np.int64)
+            starts = np.array([o[t] for o in offsets])
+            owner = np.searchsorted(starts, mine, side="right") - 1
+            for shard in range(len(offsets)):
+                local = mine[owner == shard] - starts[shard]
+                if len(local):
+                    wanted[shard].append((q, t, local))
+    answers = on_shards(row_distances, vectors, each=wanted)
+    distances: list[dict[tuple[str, int], float]] = [{} for _ in found]
+    for shard, (asked, got) in enumerate(zip(wanted, answers)):
+        for (q, t, local), d in zip(asked, got):
+            distances[q].update(zip(((t, int(r) + offsets[shard][t]) for r in local), d.tolist()))
+    return distances
