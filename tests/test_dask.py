@@ -175,6 +175,32 @@ def test_a_worker_killed_mid_shard_changes_nothing(tmp_path, handbook_reference)
     assert_same_results(outcome["done"].run_dir, handbook_reference)
 
 
+def test_a_worker_killed_while_its_corpus_shard_answers_changes_nothing(tmp_path, handbook_reference):
+    """The dead worker's shard index is built again elsewhere from its task; the reports and results do not change."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as monitor:
+        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address,
+                                         "corpus_shards": 2})
+        outcome = {}
+        runner = threading.Thread(target=lambda: outcome.update(done=job.run(config, quiet=True)))
+        runner.start()
+        pids = monitor.run(os.getpid)
+        killed = None
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline:
+            for address, keys in monitor.processing().items():
+                if any("first_reports" in str(k) for k in keys):  # a shard's index is built and answering
+                    killed = pids[address]
+                    os.kill(killed, signal.SIGKILL)
+                    break
+            time.sleep(0.05)
+        runner.join(300)
+    assert killed is not None, "no shard was seen answering"
+    assert_same_results(outcome["done"].run_dir, handbook_reference)
+
+
 KILL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41))},
                                            "min_similarity": {"include_off": True, "low": 0.1, "high": 0.3, "step": 0.1},
                                            "recency_half_life_days": {"values": [0, 30]}}}
