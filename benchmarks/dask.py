@@ -16,8 +16,9 @@ rate cap and with `--rate`, printing the searches per second each reaches and th
 
 `--corpus-shards` instead runs `workers.corpus_shards` (one shard per worker) on N workers: the index built on
 the workers, every query's candidates merged from the shards, every setting evaluated; it prints each phase's
-wall time, the CPU seconds the workers and the coordinator spent (the machine is shared: CPU is the steadier
-figure), and checks that the positions equal the first run's.
+wall time, the CPU seconds the workers (all, and the busiest one: the run's critical path on a machine with a core
+per worker) and the coordinator spent (the machine is shared: CPU is the steadier figure), and checks that the
+positions equal the first run's.
 """
 
 from __future__ import annotations
@@ -153,15 +154,17 @@ def corpus_shards(args: argparse.Namespace) -> None:
             positions = [backend.evaluate(settings[a:a + backend.checkpoint_every])["positions"]
                          for a in range(0, len(settings), backend.checkpoint_every)]
             t3 = time.perf_counter()
-            spent = sum(cluster.client.run(_worker_cpu)[w] - cpu[w] for w in cpu)
+            after = cluster.client.run(_worker_cpu)
+            spent = [after[w] - cpu[w] for w in cpu]
             coordinator = time.process_time() - here
         finally:
             cluster.close()
         first = first or positions
         same = all(a.equals(b) for a, b in zip(positions, first))
         print(f"dask {n} worker(s), {n} shard(s): build on the workers {t1 - t0:.1f} s, extraction {t2 - t1:.1f} s, "
-              f"evaluation {t3 - t2:.1f} s, total {t3 - t0:.1f} s wall; CPU: workers {spent:.1f} s, coordinator "
-              f"{coordinator:.1f} s; positions equal the first run's: {same}")
+              f"evaluation {t3 - t2:.1f} s, total {t3 - t0:.1f} s wall; CPU: workers {sum(spent):.1f} s "
+              f"(the busiest {max(spent):.1f} s), coordinator {coordinator:.1f} s; positions equal the first run's: "
+              f"{same}")
 
 
 def main() -> None:

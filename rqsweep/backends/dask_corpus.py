@@ -11,6 +11,7 @@ from the task (its corpus share travels inside it).
 from __future__ import annotations
 
 import time
+import warnings
 from datetime import datetime
 from typing import Callable, Sequence
 
@@ -52,7 +53,10 @@ class ShardedIndex(Catalog):
         super().__init__(*table_rows(corpus, per_document, now), embedder, now, tie_order)
         self.client = cluster.client
         started = time.monotonic()
-        with cluster_errors():
+        with cluster_errors(), warnings.catch_warnings():
+            # The shares travel inside their tasks on purpose (Dask rebuilds a lost shard from its task), which
+            # Dask warns about as a "large graph".
+            warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
             self.shards = [self.client.submit(_build_shard, part, shard_embedder, chunking, now, tie_order,
                                               pure=False) for part in split_corpus(corpus, n_shards)]
             sizes = self.client.gather([self.client.submit(_sizes, shard, pure=False) for shard in self.shards])
