@@ -140,6 +140,14 @@ def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):
     assert caught.value.where == "workers.corpus_shards" and "feature-hash or local" in caught.value.problem
 
 
+def test_corpus_shards_over_http_are_exit_2(tmp_path):
+    path = write_job(tmp_path, workers={"backend": "dask", "n": 1, "corpus_shards": 2}, backend={
+        "kind": "http", "base_url": "http://127.0.0.1:9", "mode": "direct"})
+    with pytest.raises(InputError) as caught:
+        job.run(path, quiet=True)
+    assert caught.value.where == "workers.corpus_shards" and "embedded backend" in caught.value.problem
+
+
 def test_a_synthetic_corpus_on_an_existing_cluster_gives_the_single_process_results(tmp_path):
     from distributed import LocalCluster
 

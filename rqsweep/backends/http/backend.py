@@ -218,6 +218,9 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
     if http.mode != "direct" and http.replay_limit < config.limit:
         raise InputError(config.path, "backend.replay_limit",
                          f"{http.replay_limit!r}: must be >= search.limit ({config.limit})")
+    if isinstance(workers, WorkersConfig) and workers.corpus_shards:
+        raise InputError(config.path, "workers.corpus_shards", f"{workers.corpus_shards}: corpus shards are for the "
+                         "embedded backend; over HTTP the server holds the corpus")
     if http.seed is not None and http.ids is None and corpus is None:
         raise InputError(config.path, "backend.seed", "seeding needs a corpus (`corpus:` or SOAT's golden.json)")
     target = resolve_target(http, config.path)
