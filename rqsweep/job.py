@@ -38,7 +38,7 @@ from rqsweep.runfolder.tables import (Stamp, golden_table, grid_table, hits_tabl
                                       setting_knobs, table_metadata, write_grid, write_hits, write_queries,
                                       write_label_health, write_ranked, write_routing, write_settings)
 from rqsweep.space import grid
-from rqsweep.strategy import StudyIdentity, run_grid, run_optimize
+from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
 from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
@@ -366,6 +366,7 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
     storage = StudyStorage(storage_url, None)
     progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
     attrs = joined_study(storage, study, inputs.sha256, config_path, log=progress.log)
+    inputs = with_study(inputs, attrs.get(BUDGET), None)  # the coordinator's budget, which it spends
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
         backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
                                 workers=inputs.config.workers if workers is None

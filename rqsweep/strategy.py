@@ -20,7 +20,7 @@ import optuna
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
 from rqsweep.space import coarse_grid, countable, suggest
-from rqsweep.study import StudyStorage
+from rqsweep.study import MAX_RETRIES, StudyStorage
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
 
@@ -59,6 +59,8 @@ Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint k
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # who holds a trial, in storage and optuna-dashboard
 VIOLATION = "violation"  # the one constraint a trial carries: > 0 when the setting breaks any
 STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before the search is deemed settled
+BUDGET = "n_trials"  # the study attribute that holds the coordinator's budget, which its workers spend
+DECLINED = "over_budget"  # the user attribute of a trial asked past the budget and failed unevaluated
 
 
 @dataclass
@@ -78,6 +80,51 @@ def _remember(trial: optuna.trial.FrozenTrial, known: dict[str, Scored], counted
             counted.add(sid)
 
 
+def _claims(trials: Sequence[optuna.trial.FrozenTrial], baseline_id: str) -> list[tuple[int, int, str | None]]:
+    """The trials that hold, or may yet hold, one of the budget's distinct settings, in the order they claimed it:
+    (order, trial number, setting id or None while not known).
+
+    A trial asked again after its worker died (a retry) takes its original's place, and a failed trial whose retry
+    is not yet asked keeps it; repeats, declined trials, the baseline and trials failed for good hold none."""
+    retried = {history[-1] for t in trials if (history := t.system_attrs.get("retry_history"))}
+    out = []
+    for t in trials:
+        attrs = t.user_attrs
+        if attrs.get("repeat") or attrs.get(DECLINED) or attrs.get("setting_id") == baseline_id:
+            continue
+        if t.state == optuna.trial.TrialState.FAIL and (
+                t.number in retried or len(t.system_attrs.get("retry_history", ())) >= MAX_RETRIES):
+            continue
+        out.append((t.system_attrs.get("failed_trial", t.number), t.number, attrs.get("setting_id")))
+    return sorted(out)
+
+
+def _within(claims: list[tuple[int, int, str | None]], budget: int) -> tuple[set[int], int]:
+    """The trials (numbers) whose setting fits in the budget, counting distinct settings in claim order (a setting
+    not yet known counts as a new one), and how many distinct settings the claims hold."""
+    seen: set[str] = set()
+    allowed, used = set(), 0
+    for _, number, sid in claims:
+        if sid is None or sid not in seen:
+            used += 1
+            if sid is not None:
+                seen.add(sid)
+            if used > budget:
+                continue
+        allowed.add(number)
+    return allowed, used
+
+
+def _failed_under(storage: StudyStorage, trial: optuna.Trial, log: Callable[[str], None]) -> bool:
+    """Whether `trial`, which this worker could not tell, was finished by another (which fails a trial whose
+    heartbeat it finds stale, and asks it again); says so."""
+    if not storage.optuna.get_trial(trial._trial_id).state.is_finished():
+        return False
+    log(f"trial {trial.number} was failed under this worker (its heartbeat was missed): the study asks its setting "
+        "again; carrying on")
+    return True
+
+
 def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored, repeat: bool,
           extra: dict[str, object]) -> None:
     value, constraints = scored
@@ -87,7 +134,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored
     values = [c for _, c in constraints]
     trial.set_constraint(VIOLATION, sum(c for c in values if c > 0) or max(values, default=0.0))
     # What the collector reads; the knob values are in the setting id, so a trial carries no more.
-    for key, v in {"setting_id": knobs.id, "repeat": repeat, **extra}.items():
+    for key, v in {"repeat": repeat, **extra}.items():
         trial.set_user_attr(key, v)
     study.tell(trial, value)
 
@@ -117,12 +164,6 @@ def run_optimize(sweep: SweepConfig, baseline: Knobs, score: Callable[[list[Knob
         return _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator)
 
 
-def _quiet(study: optuna.Study, trials: int, seconds: float) -> bool:
-    """No trial was added to the study within `seconds`."""
-    time.sleep(seconds)
-    return len(study.get_trials(deepcopy=False)) == trials
-
-
 def _optimise(sweep, baseline, score, storage, objective, progress, log, annotate, coordinator) -> optuna.Study:
     if coordinator:
         study = optuna.create_study(study_name=objective.study_name, storage=storage.optuna, direction="maximize",
@@ -139,6 +180,8 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
         if sweep.sampler in ("tpe", "gp"):
             for params in coarse_grid(sweep, min(sweep.warm_start, sweep.n_trials)):
                 study.enqueue_trial(params)
+    if coordinator:  # each start: a resumed coordinator's --n-trials is what its workers spend
+        study.set_user_attr(BUDGET, sweep.n_trials)
         storage.commit()
     space = countable(sweep, baseline)
     deadline = None if sweep.timeout is None else time.monotonic() + sweep.timeout
@@ -146,21 +189,21 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
     progress(0)
     while True:
         storage.fail_stale(study)
+        budget = sweep.n_trials if coordinator else int(study.user_attrs.get(BUDGET, sweep.n_trials))
         trials = study.get_trials(deepcopy=False)
         before = len(counted)
         for trial in trials:
             _remember(trial, known, counted)
         progress(len(counted) - before)
-        remaining = sweep.n_trials - len(counted)
+        # Settings held by trials still running (anyone's) count against the budget, so that workers never
+        # evaluate more distinct settings than it, however their asks interleave.
+        free = budget - _within(_claims(trials, baseline.id), budget)[1]
         waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
         if deadline is not None and time.monotonic() >= deadline:
             break
-        if remaining <= 0 and not waiting:
-            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial. A
-            # worker that read the study just before the budget was spent may still ask a trial: the
-            # coordinator (whose grid gathers every trial) ends only once the study is quiet for a heartbeat.
-            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials) and (
-                    not (coordinator and storage.shared) or _quiet(study, len(trials), storage.heartbeat_seconds)):
+        if free <= 0 and not waiting:
+            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial.
+            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
                 break
             time.sleep(storage.heartbeat_seconds)
             continue
@@ -172,20 +215,37 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
             break
         # Workers sharing a study must not all draw the same proposals from the same history.
         study.sampler = make_sampler(sweep, batch_seed(sweep.seed, len(trials), WORKER if storage.shared else ""))
-        # Retried trials (waiting) are asked even past the budget: a setting a killed worker held is never lost.
-        asked = [study.ask() for _ in range(min(remaining, max(sweep.batch_size, waiting)) if remaining > 0
-                                            else waiting)]
+        # Waiting trials (retries, the warm start) are asked first and hold their places in the budget.
+        asked = [study.ask() for _ in range(min(max(sweep.batch_size, waiting), max(free, 0) + waiting))]
         with storage.beating([t._trial_id for t in asked]):
             proposed = [suggest(t, sweep, baseline) for t in asked]
-            for trial in asked:  # after the first heartbeat: a trial without a worker and without one is an orphan
+            for trial, knobs in zip(asked, proposed):
+                # After the first heartbeat: a trial without a worker and without one is an orphan.
                 trial.set_user_attr("worker", WORKER)
-            fresh = list({k.id: k for k in proposed if k.id not in known}.values())
+                trial.set_user_attr("setting_id", knobs.id)
+            # Asks that raced another worker's past the budget are declined, unevaluated, unless already known.
+            allowed = _within(_claims(study.get_trials(deepcopy=False), baseline.id), budget)[0] \
+                if storage.shared else {t.number for t in asked}
+            fresh = list({k.id: k for t, k in zip(asked, proposed)
+                          if k.id not in known and t.number in allowed}.values())
             known.update(zip((k.id for k in fresh), score(fresh)))
         stalled = 0 if fresh else stalled + len(asked)
-        first = {k.id for k in fresh}
+        first, lost = {k.id for k in fresh}, []
         for trial, knobs in zip(asked, proposed):
             new = knobs.id in first
             first.discard(knobs.id)
-            _tell(study, trial, knobs, known[knobs.id], not new, annotate(knobs) if new and annotate else {})
+            try:
+                if knobs.id in known:
+                    _tell(study, trial, knobs, known[knobs.id], not new, annotate(knobs) if new and annotate else {})
+                else:
+                    trial.set_user_attr(DECLINED, budget)
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+                if not _failed_under(storage, trial, log):
+                    raise
+                if new:
+                    lost.append(knobs.id)
+        for sid in lost:  # told as new when it is asked again: its positions must reach the study
+            known.pop(sid)
         storage.commit()
     return study
