@@ -52,11 +52,25 @@ class PostgresCluster:
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
 
+    def _ctl(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.workdir / "data"), *args],
+                              capture_output=True, text=True)
+
+    def start(self) -> subprocess.CompletedProcess:
+        opts = f"-p {self.port} -h 127.0.0.1 -k {self.workdir} -c fsync=off -c full_page_writes=off"
+        return self._ctl("-o", opts, "-l", str(self.workdir / "log"), "-w", "start")
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """Stop the server as `systemctl restart` would (its clients' connections dropped), leave it down for
+        `down_seconds`, then start it again on the same port."""
+        self._ctl("-m", "fast", "-w", "stop")
+        time.sleep(down_seconds)
+        started = self.start()
+        if started.returncode != 0:
+            raise PostgresUnavailable(f"pg_ctl start failed: {started.stderr.strip()}")
+
     def stop(self) -> None:
-        subprocess.run(
-            [*self.run_as, str(self.bindir / "pg_ctl"), "-D", str(self.workdir / "data"), "-m", "immediate", "stop"],
-            capture_output=True,
-        )
+        self._ctl("-m", "immediate", "stop")
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -84,20 +98,15 @@ def start_cluster() -> PostgresCluster:
     if init.returncode != 0:
         shutil.rmtree(workdir, ignore_errors=True)
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-    port = _free_port()
-    opts = f"-p {port} -h 127.0.0.1 -k {workdir} -c fsync=off -c full_page_writes=off"
-    start = subprocess.run(
-        [*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(workdir / "log"), "-w", "start"],
-        capture_output=True, text=True,
-    )
-    cluster = PostgresCluster(workdir, port, run_as, bindir)
+    cluster = PostgresCluster(workdir, _free_port(), run_as, bindir)
+    start = cluster.start()
     if start.returncode != 0:
         log = (workdir / "log").read_text(errors="replace")[-800:] if (workdir / "log").exists() else ""
         cluster.stop()
         raise PostgresUnavailable(f"pg_ctl start failed: {start.stderr.strip()} {log}")
     for _ in range(100):
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection(("127.0.0.1", cluster.port), timeout=0.2):
                 return cluster
         except OSError:
             time.sleep(0.1)
