@@ -151,11 +151,13 @@ class Sweep:
         self.progress.total = self.config.sweep.n_trials
         annotate = (lambda knobs: outcome_attrs(self.state.rows_of([knobs.id]), self.query_ids)) if storage.shared \
             else None
-        study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, identity, self.progress,
-                             self.progress.log, annotate, coordinator=coordinator)
-        if storage.shared and coordinator:
-            for rows in gathered(study, self.state.finished(), self.query_ids):
-                self.state.record(rows)
+        with storage.answering("" if coordinator else
+                               "start the worker again once it answers: the study asks its unfinished trials again"):
+            study = run_optimize(self.config.sweep, self.config.baseline, self.score, storage, identity,
+                                 self.progress, self.progress.log, annotate, coordinator=coordinator)
+            if storage.shared and coordinator:
+                for rows in gathered(study, self.state.finished(), self.query_ids):
+                    self.state.record(rows)
 
     def finish(self, metadata: dict[str, str]) -> Finished:
         """Score the state a part at a time: stream queries.parquet, gather the slice means and the folds' sums as
@@ -365,7 +367,8 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
     inputs = with_study(load_inputs(config_path), None, storage_url)
     storage = StudyStorage(storage_url, None)
     progress = Progress(0, f"{inputs.config.name} worker", quiet=quiet)
-    attrs = joined_study(storage, study, inputs.sha256, config_path, log=progress.log)
+    with storage.answering():
+        attrs = joined_study(storage, study, inputs.sha256, config_path, log=progress.log)
     inputs = with_study(inputs, attrs.get(BUDGET), None)  # the coordinator's budget, which it spends
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
         backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),

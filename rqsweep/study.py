@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import optuna
+import sqlalchemy.exc
 from optuna.storages.journal import BaseJournalBackend
 
 from rqsweep.errors import BackendError
@@ -29,6 +30,9 @@ from rqsweep.scrub import redact_url
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 20  # a trial whose worker has been silent this long is failed and asked again
 MAX_RETRIES = 3
+# What a database that stops answering (restarting, unreachable) raises through Optuna: its own wrapper of
+# SQLAlchemy's errors, or SQLAlchemy's where Optuna does not wrap them.
+STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 
 
 @contextmanager
@@ -110,12 +114,13 @@ class StudyStorage:
             try:
                 with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    # pool_pre_ping: a connection the server dropped (a restart) is replaced before use, not failed.
                     self.optuna = optuna.storages.RDBStorage(
                         driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-                        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES))
+                        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES),
+                        engine_kwargs={"pool_pre_ping": True})
             except Exception as exc:  # SQLAlchemy: bad URL, unreachable server, refused login
-                reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-                raise BackendError(f"cannot open the study storage {redact_url(url)}: {redact_url(reason)}") from None
+                raise BackendError(f"cannot open the study storage {redact_url(url)}: {_reason(exc)}") from None
 
     heartbeat_seconds = HEARTBEAT_SECONDS
 
@@ -127,6 +132,16 @@ class StudyStorage:
     def commit(self) -> None:
         if self._journal is not None:
             self._journal.commit()
+
+    @contextmanager
+    def answering(self, then: str = "") -> Iterator[None]:
+        """A database that stops answering within the block is a BackendError naming it (and what to do `then`),
+        not a traceback; the study keeps every told trial, and the trials left running are asked again."""
+        try:
+            yield
+        except STORAGE_ERRORS as exc:
+            raise BackendError(f"the study storage {self.describe()} stopped answering: {_reason(exc)}"
+                               + (f"; {then}" if then else "")) from None
 
     @contextmanager
     def beating(self, trial_ids: list[int]) -> Iterator[None]:
@@ -143,7 +158,10 @@ class StudyStorage:
 
         def beat() -> None:
             while not stop.wait(HEARTBEAT_SECONDS):
-                beat_all()
+                try:
+                    beat_all()
+                except STORAGE_ERRORS:  # a missed beat: the next is tried; the main thread reports a storage down
+                    pass
 
         beat_all()  # before anything else: a trial that never beat could never be found stale
 
@@ -176,6 +194,14 @@ class StudyStorage:
     def describe(self) -> str:
         """Where the study lives, the password redacted."""
         return redact_url(self.url) if self.url else str(self._journal.path)  # type: ignore[union-attr]
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of what the database said, any password redacted (Optuna's wrapper says only that a commit
+    failed: the reason is its cause's)."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return redact_url((str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
 
 
 def study_name(config_name: str, run_id: str) -> str:
