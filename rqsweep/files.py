@@ -14,6 +14,7 @@ import secrets
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -174,6 +175,12 @@ def write_text(path: Path, text: str) -> None:
     """Write a text file atomically: a temporary file in the same folder, fsynced, then renamed."""
     with _atomic(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Write numpy arrays atomically as one .npz file (read back with `np.load`)."""
+    with _atomic(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def write_json(path: Path, data: object) -> None:

@@ -171,8 +171,7 @@ class Sweep:
                                                                      self.config.validation, n_settings)
 
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
-        scoring = Progress(n_settings, f"{self.config.name} scoring", quiet=self.progress.quiet,
-                           stream=self.progress.stream)
+        scoring = self.progress.phase(n_settings, f"{self.config.name} scoring", "settings")
 
         def query_chunks() -> Iterator[pl.DataFrame]:
             for rows in self.state.chunks():
@@ -277,11 +276,13 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         storage = StudyStorage(config.sweep.storage, None) if config.sweep.storage else None
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
-                                advance=progress.part)
+                                advance=progress.part, phase=progress.phase)
     except BaseException:
-        # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server.
+        # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server or
+        # the candidates extracted so far.
         if resumed or not remove_if_bare(run_dir):
-            progress.log(f"run folder kept (it records writes to the server): continue with --resume {run_dir}")
+            progress.log(f"run folder kept (it records the start's work: writes to the server, or candidates "
+                         f"extracted): continue with --resume {run_dir}")
         raise
     if backend.warnings:  # the report reads them from run.json
         record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])

@@ -18,9 +18,10 @@ from rqsweep.backends.http.config import read_http
 from rqsweep.config import JobConfig, Section
 from rqsweep.corpus import Corpus
 from rqsweep.golden import GoldenSet
+from rqsweep.progress import Phase, silent_phase
 
 Log = Callable[[str], None]
-Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir, advance) -> Backend
+Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir, advance, phase) -> Backend
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,12 @@ BACKENDS = {
 
 
 def build_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *, workers: int, log: Log,
-                  run_dir: Path | None = None, advance: Callable[[float], None] = lambda _: None) -> Backend:
+                  run_dir: Path | None = None, advance: Callable[[float], None] = lambda _: None,
+                  phase: Phase = silent_phase) -> Backend:
     """The backend `config.backend.kind` names, ready to evaluate settings; `advance(settings)` hears of parts of a
-    batch as they finish (Progress.part)."""
+    batch as they finish (Progress.part); `phase(total, label, unit)` gives a long part of the start its progress."""
     return BACKENDS[config.backend.kind].build(config, golden, corpus, workers=workers, log=log, run_dir=run_dir,
-                                               advance=advance)
+                                               advance=advance, phase=phase)
 
 
 __all__ = ["BACKENDS", "OUTCOME_SCHEMA", "Backend", "BackendKind", "RankedHit", "build_backend"]

@@ -14,6 +14,7 @@ import polars as pl
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
+from rqsweep.backends.candidate_blocks import CandidateBlocks
 from rqsweep.backends.embedded_config import EmbeddedConfig, EmbedderConfig
 from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
 from rqsweep.config import JobConfig, WorkersConfig
@@ -29,6 +30,7 @@ from rqsweep.errors import InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.pacing import RequestLimits
+from rqsweep.progress import Phase, silent_phase
 from rqsweep.scope import Scope
 
 _MIN_PARALLEL_WORK = 200_000  # (setting x query) evaluations below which dispatching to workers costs more
@@ -48,9 +50,11 @@ class EmbeddedBackend:
 
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
                  workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None, *,
-                 cluster: DaskCluster | None = None, advance: Callable[[float], None] = lambda _: None):
+                 cluster: DaskCluster | None = None, advance: Callable[[float], None] = lambda _: None,
+                 extracting: Callable[[int], None] = lambda _: None, blocks: CandidateBlocks = CandidateBlocks(None)):
         """`cluster`: the Dask cluster to use (and close) with `workers.backend: dask` (None: connect to it here);
-        `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress)."""
+        `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress);
+        `extracting(queries)`: told of the queries whose candidates are ready; `blocks`: where they are kept."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
         self.profile = {**EMBEDDED_PROFILE, "embedder": described(index.embedder)}
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
@@ -60,12 +64,12 @@ class EmbeddedBackend:
         self.checkpoint_every = max(1, min(2000, self.ROWS_PER_CHECKPOINT // max(len(golden.queries), 1)))
         self.cluster, self.shards, self._candidates = cluster, None, None
         try:
-            self._prepare(log)
+            self._prepare(log, extracting, blocks)
         except BaseException:
             self.close()  # a LocalCluster's processes must not outlive a failed start
             raise
 
-    def _prepare(self, log: Callable[[str], None]) -> None:
+    def _prepare(self, log: Callable[[str], None], extracting: Callable[[int], None], blocks: CandidateBlocks) -> None:
         """Embed the golden queries and extract their candidates, here or on the cluster."""
         self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
@@ -77,7 +81,7 @@ class EmbeddedBackend:
             self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log)
         else:
             self.plans, self.alternates, self._candidates = plan_queries(self.index, queries, self.vectors,
-                                                                         self.limit, self.scope, log)
+                                                                         self.limit, self.scope, extracting, blocks)
             self._stacks: dict[int, list[BothOrders]] = {}
 
     @property
@@ -164,8 +168,10 @@ def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
 
 def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: WorkersConfig | int,
                            log: Callable[[str], None], run_dir: Path | None = None,
-                           advance: Callable[[float], None] = lambda _: None) -> EmbeddedBackend:
-    """Chunk, embed and index the corpus, then extract every golden query's candidates."""
+                           advance: Callable[[float], None] = lambda _: None,
+                           phase: Phase = silent_phase) -> EmbeddedBackend:
+    """Chunk, embed and index the corpus, then extract every golden query's candidates (kept in the run folder,
+    `candidate_blocks`, so that an interrupted start resumes there)."""
     started = time.monotonic()
     engine = config.backend
     workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
@@ -190,8 +196,10 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
         if cluster is not None:
             cluster.close()
         raise
+    extracting = phase(len(golden.queries), f"{config.name} candidates", "queries")
+    blocks = CandidateBlocks(run_dir, described(index.embedder))
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
-                              advance=advance)
+                              advance=advance, extracting=extracting, blocks=blocks)
     reused = f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if cache else ""
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories"
         f"{reused}, {len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")

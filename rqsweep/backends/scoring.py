@@ -5,12 +5,12 @@ query order (`join_shards`)."""
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
+from rqsweep.backends.candidate_blocks import CandidateBlocks
 from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, later_search_changes, plan_query,
                                   stack_both_orders, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidates
@@ -18,28 +18,32 @@ from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
 from rqsweep.scope import Scope
 
-_PREPARE_LOG_SECONDS = 5.0
-_EXTRACTION_BLOCK = 256  # queries whose candidates are extracted together (progress is logged between blocks)
+_EXTRACTION_BLOCK = 256  # queries whose candidates are extracted (and kept) together; progress moves between blocks
 
 PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) positions, (settings, queries) tie sensitivity
 
 
 def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
-                 scope: Scope, log: Callable[[str], None] = lambda _: None
+                 scope: Scope, progress: Callable[[int], None] = lambda _: None,
+                 blocks: CandidateBlocks = CandidateBlocks(None)
                  ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
     """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
     candidates in the index's tie order (for `ranked`). One extraction serves both orders, and so does one plan
-    when their candidates are the same (they differ only where exact ties decide)."""
+    when their candidates are the same (they differ only where exact ties decide). Each block of queries is
+    read from `blocks` when kept there, else extracted and kept; `progress(n)` hears of each block's n queries
+    (a `Progress`)."""
     other = next(o for o in TIE_ORDERS if o != index.tie_order)
     plans: list[QueryPlan] = []
     alternates: list[QueryPlan] = []
     kept: list[Candidates] = []
     ages = index.memory_age_days()
-    started = last = time.monotonic()
     for start in range(0, len(queries), _EXTRACTION_BLOCK):
         block = queries[start:start + _EXTRACTION_BLOCK]
-        extracted = index.candidates_many([text for text, _ in block], vectors[start:start + len(block)], limit,
-                                          scope)
+        extracted = blocks.load(start, len(block))
+        if extracted is None:
+            extracted = index.candidates_many([text for text, _ in block], vectors[start:start + len(block)], limit,
+                                              scope)
+            blocks.save(start, extracted)
         for (_, keys), by_order in zip(block, extracted):
             expected = index.expected_rows(keys)
             candidates = by_order[index.tie_order]
@@ -47,9 +51,7 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
             alternates.append(plans[-1] if by_order[other] == candidates
                               else plan_query(by_order[other], expected, ages))
             kept.append(candidates)
-        if time.monotonic() - last >= _PREPARE_LOG_SECONDS:
-            last = time.monotonic()
-            log(f"candidates: {len(kept)}/{len(queries)} queries, {last - started:.0f}s")
+        progress(len(block))
     return plans, alternates, kept
 
 

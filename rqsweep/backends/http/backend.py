@@ -29,6 +29,7 @@ from rqsweep.errors import BackendError, InputError
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
 from rqsweep.pacing import RequestLimits
+from rqsweep.progress import Phase, silent_phase
 
 Log = Callable[[str], None]
 SEARCHES_PER_CHECKPOINT = 500  # direct searches a crash may cost at most
@@ -207,7 +208,8 @@ def _spread(http: HttpConfig, client: SoatClient, searcher: Searcher, cluster: D
 
 def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | None, *,
                        workers: WorkersConfig | int, log: Log, run_dir: Path | None = None,
-                       advance: Callable[[float], None] = lambda _: None) -> HttpBackend:
+                       advance: Callable[[float], None] = lambda _: None,
+                       phase: Phase = silent_phase) -> HttpBackend:
     """Connect, seed or map ids, probe the server, and (in replay mode) fetch every query once.
 
     The client's `max_in_flight` is this backend's parallelism; with `workers.backend: dask` direct mode's
@@ -257,7 +259,8 @@ def build_http_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus | No
         if http.mode == "replay" or (http.mode == "auto" and server.replay_missing is None):
             stores = [s for s, on in (("document", scope.include_documents), ("memory", scope.include_memories))
                       if on]
-            replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log)
+            fetching = phase(len(queries), f"{config.name} replay searches", "queries")
+            replay = Replay(searcher, queries, http.replay_limit, stores, http.verify, log, fetching)
         keys = {**{("document", v): k for k, v in ids.documents.items()},
                 **{("memory", v): k for k, v in ids.memories.items()}}
         spread = None

@@ -37,11 +37,18 @@ class Replay:
     """The replayable queries' plans, built from a few neutral searches each; the rest listed for direct mode."""
 
     def __init__(self, searcher: Searcher, queries: Sequence[PreparedQuery], fetched_limit: int, stores: Sequence[str],
-                 verify: int, log: Callable[[str], None]):
+                 verify: int, log: Callable[[str], None], fetched: Callable[[int], None] = lambda _: None):
+        """`fetched(n)` hears of each query whose searches are done (a `Progress`)."""
         self.searcher, self.verify_left, self.log = searcher, verify, log
         self._rng = random.Random(0)
         self._single_store = self._single_store_searches(fetched_limit, stores)
-        attempts = searcher.client.map(lambda q: self._prepare(q, fetched_limit, stores), queries)
+
+        def prepare(query: PreparedQuery) -> tuple[Replayed | str, int]:
+            attempt = self._prepare(query, fetched_limit, stores)
+            fetched(1)
+            return attempt
+
+        attempts = searcher.client.map(prepare, queries)
         self.replayed = [a for a, _ in attempts if isinstance(a, Replayed)]
         self.fallback = [q for q, (a, _) in zip(queries, attempts) if not isinstance(a, Replayed)]
         single_store = sum(n for _, n in attempts)
