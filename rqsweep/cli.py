@@ -1,9 +1,9 @@
 """Command line: argument parsing and exit codes, nothing else.
 
     rqsweep CONFIG [--dry-run] [--compare PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] ...
-    rqsweep report RUN_DIR
+    rqsweep report RUN_DIR [--quiet]
     rqsweep worker CONFIG --storage URL --study NAME   (join a running optimise study)
-    rqsweep collect RUN_DIR [--storage URL]            (write an optimise run's results from its study)
+    rqsweep collect RUN_DIR [--storage URL] [--quiet]  (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
     rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
@@ -119,6 +119,7 @@ def _report_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rqsweep report", description="(Re)build report.md and report.html of a run folder from its Parquet files.")
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -186,6 +187,7 @@ def _collect_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--storage", metavar="URL", help="the study's storage (default: the one run.json names, "
                                                     "which never holds a password)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
 
 
@@ -289,7 +291,7 @@ def _collect(argv: list[str]) -> int:
     args = _collect_parser().parse_args(argv)
     try:
         with _signals_interrupt():
-            outcome = job.collect(args.run_dir, args.storage, quiet=True)
+            outcome = job.collect(args.run_dir, args.storage, quiet=args.quiet)
     except NoFeasibleSetting as exc:
         _print_report(Path(exc.run_dir))
         raise
@@ -301,10 +303,14 @@ def _collect(argv: list[str]) -> int:
 
 def _report(argv: list[str]) -> int:
     from rqsweep.embedder_sweep import embedder_runs, write_embedder_report
+    from rqsweep.progress import Progress
     from rqsweep.report import write_report
 
     args = _report_parser().parse_args(argv)
-    (write_embedder_report if embedder_runs(args.run_dir) else write_report)(args.run_dir)
+    if embedder_runs(args.run_dir):
+        write_embedder_report(args.run_dir)
+    else:
+        write_report(args.run_dir, phase=Progress(0, "rqsweep report", quiet=args.quiet).phase)
     _print_report(args.run_dir)
     return 0
 

@@ -318,7 +318,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen), metadata)
-    write_report(run_dir, finished=False)
+    write_report(run_dir, finished=False, phase=progress.phase)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
     record.finish(

@@ -46,6 +46,7 @@ from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, KNOBS, Knobs
 from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
+from rqsweep.progress import Progress
 
 MODERN_FIELDS = {"project_id", "query", "limit", *KNOBS, "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
@@ -582,7 +583,9 @@ def main(argv: list[str]) -> int:
             # set without one is an InputError saying so.
             corpus = (load_corpus(config.corpus, config.corpus_files) if config.corpus is not None else
                       load_golden(config.golden, None, config.golden_rules, config.path).corpus)
-            ids = server.store.preload(corpus, _engine(config).chunking, config.name)
+            loaded = Progress(len(corpus.documents) + len(corpus.memories), "rqsweep serve preload",
+                              unit="documents and memories")
+            ids = server.store.preload(corpus, _engine(config).chunking, config.name, loaded)
             args.preload.write_text(json.dumps(ids, indent=2) + "\n")
         url = server.start(args.host, args.port)
     except RqsweepError as exc:

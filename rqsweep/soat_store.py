@@ -161,14 +161,17 @@ class SoatStore:
             self._indexes.clear()
             return "created", memory
 
-    def preload(self, corpus: Corpus, chunking: Chunking, name: str) -> dict:
-        """Load a corpus (memory ages included, which HTTP cannot seed); returns the key -> id map."""
+    def preload(self, corpus: Corpus, chunking: Chunking, name: str,
+                loaded: Callable[[int], None] = lambda _: None) -> dict:
+        """Load a corpus (memory ages included, which HTTP cannot seed); returns the key -> id map. `loaded(1)`
+        after each document and memory (a `Progress`)."""
         with self._lock:
             project_id = self.create_project(name)
             ids: dict = {"project_id": project_id, "documents": {}, "memories": {}, "memory_stores": {}}
             for d in corpus.documents:
                 ids["documents"][d.key] = self.create_document(project_id, d.content, d.path, d.title, d.tags,
                                                                chunking=chunking).id
+                loaded(1)
             now = self.clock()
             for m in corpus.memories:
                 if m.store not in ids["memory_stores"]:
@@ -178,6 +181,7 @@ class SoatStore:
                 _, memory = self.create_memory(ids["memory_stores"][m.store], m.content, m.tags,
                                                updated_at=memory_updated_at(m, now))
                 ids["memories"][m.key] = memory.id
+                loaded(1)
             return ids
 
     def project_documents(self, project_id: str) -> list[StoredDocument]:

@@ -187,3 +187,4 @@ def test_serve_preloads_the_corpus_of_a_soat_golden_json(tmp_path):
     assert first.startswith("listening on http://127.0.0.1:"), err
     preloaded = json.loads(ids.read_text())
     assert len(preloaded["documents"]) == 31 and len(preloaded["memories"]) == 12
+    assert "rqsweep serve preload: 43/43 documents and memories" in err  # its progress (before: none)

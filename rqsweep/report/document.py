@@ -3,6 +3,8 @@ then why, then the costs, and the per-query detail last."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import polars as pl
 
 from rqsweep.backends.base import describe_profile
@@ -189,12 +191,27 @@ def _recency(run: RunFolder) -> list[Block]:
         Table(recency_cost(k, h, run.limit), note=ASSUMPTION)]
 
 
-def build(run: RunFolder) -> list[Block]:
-    """The report's blocks for one run folder."""
+# The report's sections in order: the decision, its cost per slice and the plots first; the per-query detail,
+# widest, last. Each is (run folder, knob tables, cross-validation) -> blocks.
+_SECTIONS: tuple[Callable[..., list[Block]], ...] = (
+    lambda run, tables, cv: _headline(run, cv), lambda run, tables, cv: _comparison(run),
+    lambda run, tables, cv: _plots(run, tables), lambda run, tables, cv: _held_out(run, cv),
+    lambda run, tables, cv: routing_blocks(run.path, metric_label(run.objective[0])),
+    lambda run, tables, cv: _significance(run, cv), lambda run, tables, cv: _knobs(run, tables),
+    lambda run, tables, cv: _infeasible(run), lambda run, tables, cv: ladder_blocks(run),
+    lambda run, tables, cv: noise_blocks(run), lambda run, tables, cv: _recency(run),
+    lambda run, tables, cv: label_health_blocks(run), lambda run, tables, cv: _changed(run))
+STEPS = 2 + len(_SECTIONS)  # what `build` counts: the knob tables, the cross-validation, then each section
+
+
+def build(run: RunFolder, step: Callable[[int], None] = lambda _: None) -> list[Block]:
+    """The report's blocks for one run folder; `step(1)` after each of its `STEPS` parts (a `Progress`)."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
+    step(1)
     cv = run_cross_validation(run)
-    # The decision, its cost per slice and the plots come first; the per-query detail, widest, comes last.
-    return [*_headline(run, cv), *_comparison(run), *_plots(run, tables), *_held_out(run, cv),
-            *routing_blocks(run.path, metric_label(run.objective[0])), *_significance(run, cv),
-            *_knobs(run, tables), *_infeasible(run), *ladder_blocks(run), *noise_blocks(run), *_recency(run),
-            *label_health_blocks(run), *_changed(run)]
+    step(1)
+    blocks: list[Block] = []
+    for section in _SECTIONS:
+        blocks += section(run, tables, cv)
+        step(1)
+    return blocks
