@@ -75,6 +75,7 @@ def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_pa
     seed = (outcome.run_dir / "seed.json").read_text()
     assert '"doc-oncall-rotation"' in seed and '"project_id": "proj_' in seed
     assert "seed: 8 documents, 3 memory stores, 12 memories (0 not created)" in log
+    assert f"http-count replay searches: {queries}/{queries} queries" in log  # the fetch shows its progress
 
 
 def test_serve_and_seeding_with_the_local_embedder_give_the_embedded_grid(corpus, tmp_path):
