@@ -24,7 +24,7 @@ Exit codes:
     3    backend failure; or searches that failed for good in a finished run (`--resume RUN_DIR` retries them)
     4    no feasible setting (results and report are written all the same)
     5    gate failed: a slice regressed, lost its metrics or fell to zero (the slices are named)
-    130  interrupted by SIGINT (Ctrl-C): finished settings are kept, the run folder's run.json says
+    130  interrupted by SIGINT (Ctrl-C): finished work is kept, the run folder's run.json says
          "interrupted", and stderr says how to continue (rqsweep CONFIG --resume RUN_DIR)
     143  ended by SIGTERM (kill, a scheduler's timeout): as 130
 """
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         number = exc.signal_number if isinstance(exc, Interrupted) else signal.SIGINT
         message = f"rqsweep: interrupted by {signal.Signals(number).name}"
         if isinstance(exc, Interrupted) and exc.run_dir is not None:
-            message += (f"; finished settings are kept in {exc.run_dir}: "
+            message += (f"; finished work is kept in {exc.run_dir}: "
                         f"continue with: rqsweep {exc.config} --resume {exc.run_dir}")
         print(message, file=sys.stderr)
         return 128 + number

@@ -246,7 +246,7 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
             kind, until = ((BackendError, "the backend answers again") if isinstance(exc, BackendError) else
                            (OutputError, "the folder can be written again (space freed, or made writable)"))
             if isinstance(exc, (BackendError, OutputError)) and not isinstance(exc, SearchesFailed):
-                raise kind(f"{exc}; finished settings are kept in {run_dir}; once {until}, "
+                raise kind(f"{exc}; finished work is kept in {run_dir}; once {until}, "
                            f"continue with: rqsweep {config.path} --resume {run_dir}") from None
             raise
 
