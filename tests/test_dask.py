@@ -101,12 +101,18 @@ def test_a_local_dask_cluster_gives_the_single_process_results(tmp_path, handboo
 
 
 def test_corpus_shards_on_a_local_cluster_give_the_single_process_results(tmp_path, handbook_reference, capfd):
-    outcome = job.run(handbook_job(tmp_path, {"backend": "dask", "n": 2, "corpus_shards": 3}), quiet=False)
+    config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "corpus_shards": 3})
+    outcome = job.run(config, quiet=False)
     assert_same_results(outcome.run_dir, handbook_reference)
     hits, want = (pl.read_parquet(d / "hits.parquet").drop(RUN_SPECIFIC, strict=False)
                   for d in (outcome.run_dir, handbook_reference))
     assert hits.height > 0 and hits.equals(want)
     assert "dask: 3 corpus shards indexed on the workers" in capfd.readouterr().err
+    # Resumed, the run reads its candidates back from its folder: hits' similarities come from the shards again.
+    (outcome.run_dir / "hits.parquet").unlink()
+    resumed = job.run(config, resume=outcome.run_dir, quiet=True)
+    again = pl.read_parquet(resumed.run_dir / "hits.parquet").drop(RUN_SPECIFIC, strict=False)
+    assert again.equals(want)
 
 
 def test_corpus_shards_keep_postgres_order_among_ties_across_shards(tmp_path):

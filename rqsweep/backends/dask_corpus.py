@@ -24,7 +24,7 @@ from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Catalog, Index, table_rows
 from rqsweep.engine.pgsort import TieOrder
-from rqsweep.engine.shards import sharded_candidates, split_corpus
+from rqsweep.engine.shards import row_distances_of, sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 
@@ -80,6 +80,11 @@ class ShardedIndex(Catalog):
                                                       pure=False) for i, shard in enumerate(self.shards)])
 
     def distances(self, source_type: str, rows: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
-        """pgvector's distance of lexical rows a shard reported for this query vector."""
-        known = self._distances[query_vector.tobytes()]
+        """pgvector's distance of rows to this query vector: those of the lexical candidates extracted here are
+        known; others (candidates a resumed run read back from its folder) are asked of their shards."""
+        known = self._distances.setdefault(query_vector.tobytes(), {})
+        missing = {(source_type, int(r)) for r in rows} - known.keys()
+        if missing:
+            with cluster_errors():
+                known.update(row_distances_of(self._on_shards, self.offsets, [missing], query_vector[None, :])[0])
         return np.array([known[source_type, int(r)] for r in rows], dtype=np.float64)

@@ -157,16 +157,16 @@ def sharded_candidates(on_shards: OnShards, offsets: Sequence[dict[str, int]], q
                         for row, key in zip(picked_rows, picked)])
         found.append({order: Candidates(merge_shards(*lists[order]["vector"]), merge_shards(*lists[order]["lexical"]))
                       for order in TIE_ORDERS})
-    return found, _lexical_distances(on_shards, offsets, found, vectors)
+    lexical = [{(c.source_type, c.row) for order in TIE_ORDERS for c in by_order[order].lexical} for by_order in found]
+    return found, row_distances_of(on_shards, offsets, lexical, vectors)
 
 
-def _lexical_distances(on_shards: OnShards, offsets: Sequence[dict[str, int]],
-                       found: Sequence[dict[TieOrder, Candidates]], vectors: np.ndarray
-                       ) -> list[dict[tuple[str, int], float]]:
-    """Per query, pgvector's distance of each lexical candidate (either tie order), asked of the shard holding it."""
-    wanted: list[list[tuple[int, str, np.ndarray]]] = [[] for _ in offsets]
-    for q, by_order in enumerate(found):
-        rows = {(c.source_type, c.row) for order in TIE_ORDERS for c in by_order[order].lexical}
+def row_distances_of(on_shards: OnShards, offsets: Sequence[dict[str, int]],
+                     wanted: Sequence[set[tuple[str, int]]], vectors: np.ndarray) -> list[dict[tuple[str, int], float]]:
+    """Per query, pgvector's distance of each (source_type, row) of `wanted[query]` (rows of the whole table), asked
+    of the shard holding it: one task per shard."""
+    asked: list[list[tuple[int, str, np.ndarray]]] = [[] for _ in offsets]
+    for q, rows in enumerate(wanted):
         for t in STORES:
             mine = np.array(sorted(r for s, r in rows if s == t), dtype=np.int64)
             starts = np.array([o[t] for o in offsets])
@@ -174,10 +174,10 @@ def _lexical_distances(on_shards: OnShards, offsets: Sequence[dict[str, int]],
             for shard in range(len(offsets)):
                 local = mine[owner == shard] - starts[shard]
                 if len(local):
-                    wanted[shard].append((q, t, local))
-    answers = on_shards(row_distances, vectors, each=wanted)
-    distances: list[dict[tuple[str, int], float]] = [{} for _ in found]
-    for shard, (asked, got) in enumerate(zip(wanted, answers)):
-        for (q, t, local), d in zip(asked, got):
+                    asked[shard].append((q, t, local))
+    answers = on_shards(row_distances, vectors, each=asked)
+    distances: list[dict[tuple[str, int], float]] = [{} for _ in wanted]
+    for shard, (questions, got) in enumerate(zip(asked, answers)):
+        for (q, t, local), d in zip(questions, got):
             distances[q].update(zip(((t, int(r) + offsets[shard][t]) for r in local), d.tolist()))
     return distances
