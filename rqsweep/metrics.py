@@ -55,8 +55,12 @@ class Judged:
     @classmethod
     def binary(cls, positions: np.ndarray, n_expected: np.ndarray) -> "Judged":
         """Every expected item graded 1: the first `n_expected` keys of each row."""
-        return cls(positions, (np.arange(positions.shape[1])[None, :] < np.asarray(n_expected)[:, None]).astype(
-            np.int64))
+        expected = np.arange(positions.shape[1])[None, :] < np.asarray(n_expected)[:, None]
+        judged = cls(positions, expected.astype(np.int64))
+        # What the grades give at level 1, from the mask at hand (a pass each fewer over every cell).
+        judged.__dict__["relevant"] = np.where(expected, positions, 0)
+        judged.__dict__["n_relevant"] = np.clip(np.asarray(n_expected, np.int64), 0, positions.shape[1])
+        return judged
 
     @cached_property
     def relevant(self) -> np.ndarray:
@@ -129,8 +133,10 @@ def _within(positions: np.ndarray, k: int | np.ndarray) -> np.ndarray:
 
 def _count(mask: np.ndarray) -> np.ndarray:
     """(rows, keys) bool -> (rows,) int64 number of True per row."""
-    out = np.zeros(len(mask), np.int64)
-    for column in mask.T:
+    if not mask.shape[1]:
+        return np.zeros(len(mask), np.int64)
+    out = mask[:, 0].astype(np.int64)
+    for column in mask.T[1:]:
         np.add(out, column, out=out)
     return out
 
@@ -180,7 +186,7 @@ def ndcg(judged: Judged, k: int) -> np.ndarray:
                "item (0 when none is returned)")
 def mrr(judged: Judged) -> np.ndarray:
     rank = first_relevant_rank(judged.relevant)
-    return np.where(rank > 0, 1.0 / np.maximum(rank, 1), 0.0)
+    return np.divide(1.0, rank, out=np.zeros(len(rank)), where=rank > 0)
 
 
 @metric("R-precision", "|relevant items in the top R| / R, with R = |relevant items|")
