@@ -9,12 +9,13 @@ with `python -m venv` and `pip install ranx==0.3.21` when missing), never into t
 Same work on both sides: each golden query's merged vector and lexical candidate lists, taken from the
 embedded index through its public API (`Index.candidates`, as the fast path fuses them), are written to one
 JSON file that both sides read: the fast path (`SettingsBatch` of rrf_k = 1..N with no floor and no blend,
-`stacked_positions` over every query, the registry's recall@5, recall@10 and MRR averaged per rrf_k) in the
-project's .venv, and `benchmarks/ranx_side.py` (per rrf_k `fuse(method="rrf")` + `evaluate`, and
-`optimize_fusion(method="rrf")` over the same grid) in ranx's environment. Each measurement is a fresh
-process with one thread (numba, OpenMP, OpenBLAS, MKL); the two sides alternate round by round, and the
-medians and ratios come from the same run. Building each side's inputs (plans; Runs and Qrels) is timed
-apart from the passes. ranx's cold start is its first pass in a fresh process with an empty numba cache.
+`stack_plans` and `stacked_positions` over every query, the registry's recall@5, recall@10 and MRR averaged
+per rrf_k) in the project's .venv, and `benchmarks/ranx_side.py` (per rrf_k `fuse(method="rrf")` +
+`evaluate`, and `optimize_fusion(method="rrf")` over the same grid) in ranx's environment. Each measurement
+is a fresh process with one thread (numba, OpenMP, OpenBLAS, MKL); the two sides alternate round by round,
+and the medians and ratios come from the same run. Building each side's inputs (plans; Runs and Qrels) is
+timed apart from the passes; stacking the plans is in every pass of the fast path, as each of the job's
+batches pays it. ranx's cold start is its first pass in a fresh process with an empty numba cache.
 
 Corpora: the handbook (configs/handbook-stand-in.yaml, all 165 golden queries) and a synthetic corpus
 (benchmarks/engine.py's generator) keeping only queries whose expected item is in a candidate list, so
@@ -146,7 +147,6 @@ def fast_path_side(args: argparse.Namespace) -> None:
     ages = np.zeros(max(memories, default=0) + 1)  # read by the blend only: rrf_k-only settings have none
     plans = [plan_query(cs, [{parse(item) for item in key} for key in q["expected"]], ages)
              for cs, q in zip(candidates, queries)]
-    stack = stack_plans(plans)
     batch = SettingsBatch.from_knobs([Knobs(k) for k in range(1, args.grid + 1)])
     n_expected = np.tile(np.array([len(q["expected"]) for q in queries]), len(batch))
     names = METRICS if args.method == "fuse" else ("mrr",)
@@ -154,7 +154,7 @@ def fast_path_side(args: argparse.Namespace) -> None:
 
     def evaluate() -> dict[str, np.ndarray]:
         """Per metric, its mean over queries for each rrf_k."""
-        found = stacked_positions(stack, batch, limit)
+        found = stacked_positions(stack_plans(plans), batch, limit)  # stacking in the pass, as the job's batch
         flat = found.reshape(len(batch) * len(plans), found.shape[-1])
         judged = metrics.Judged.binary(flat, n_expected)
         return {m: metrics.get(m).per_query(judged).reshape(len(batch), len(plans)).mean(axis=1)
@@ -171,7 +171,7 @@ def fast_path_side(args: argparse.Namespace) -> None:
         out["best_k"] = one_pass()
     print(json.dumps(out))
     if args.analysis:
-        np.savez(args.analysis, positions=stacked_positions(stack, batch, limit), n_expected=n_expected.reshape(len(batch), len(plans)))
+        np.savez(args.analysis, positions=stacked_positions(stack_plans(plans), batch, limit), n_expected=n_expected.reshape(len(batch), len(plans)))
 
 
 def parse(item: str) -> tuple[str, int]:
