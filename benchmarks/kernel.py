@@ -98,15 +98,24 @@ def fast_path_side(args: argparse.Namespace) -> None:
     plans, batch = unflatten(dict(np.load(args.fast_path_side)))
     n_expected = np.tile(np.array([len(p.groups) for p in plans]), len(batch))
 
+    def scored(found: np.ndarray) -> list[np.ndarray]:
+        judged = metrics.Judged.binary(found.reshape(len(batch) * len(plans), found.shape[-1]), n_expected)
+        return [metrics.get(m).per_query(judged) for m in METRICS]
+
     def one_pass() -> tuple[np.ndarray, list[np.ndarray]]:
         found = stacked_positions(stack_plans(plans), batch, LIMIT)
-        judged = metrics.Judged.binary(found.reshape(len(batch) * len(plans), found.shape[-1]), n_expected)
-        return found, [metrics.get(m).per_query(judged) for m in METRICS]
+        return found, scored(found)
 
     out = timed_passes(one_pass, args.min_seconds, args.timings, clock=time.process_time)
     if args.out:
         found, scores = one_pass()  # interleaved as the kernel writes them outside the pass: a copy of its own
         np.savez(args.out, positions=found, metrics=np.stack(scores, -1).reshape(len(batch), len(plans), len(METRICS)))
+        # Where the pass goes, each step timed alone on the same inputs.
+        stack = stack_plans(plans)
+        steps = {"stack": lambda: stack_plans(plans), "positions": lambda: stacked_positions(stack, batch, LIMIT),
+                 "metrics": lambda: scored(found)}
+        out["steps"] = {name: timed_passes(step, args.min_seconds, args.timings, clock=time.process_time)["warm"]
+                        for name, step in steps.items()}
     print(json.dumps(out))
 
 
@@ -176,7 +185,8 @@ def main() -> None:
             ratios = [f["warm"] / k["warm"] for f, k in zip(runs["fast"], runs["kernel"])]
             working = sum(p.expected_in_candidates for p in plans)
             aged = sum(bool((p.age_days[p.decayed] > 0).any()) for p in plans)
-            rows.append((name, len(plans), working, aged, med, ratios, cells, flattening, runs["kernel"][0]))
+            rows.append((name, len(plans), working, aged, med, ratios, cells, flattening, runs["kernel"][0],
+                         runs["fast"][0]["steps"]))
             print(f"  {name}: fast {med['fast']['warm'] * 1e3:.1f} ms, kernel {med['kernel']['warm'] * 1e3:.1f} ms",
                   file=sys.stderr)
     print_table(rows, len(batch), args)
@@ -189,14 +199,18 @@ def print_table(rows: list, n_settings: int, args: argparse.Namespace) -> None:
           "kernel (numba) | ratio fast / kernel (per round) | cells differing: positions / metrics | "
           "kernel compile + first pass | fast path first pass | flattening for the kernel (not in its pass) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, n, working, aged, med, ratios, cells, flattening, kernel in rows:
+    for name, n, working, aged, med, ratios, cells, flattening, kernel, steps in rows:
         per_cell = lambda s: f"{s / (n_settings * n) * 1e9:.0f} ns/cell"  # noqa: E731
         print(f"| {name} | {n:,} ({working:,}; {aged:,}) | {med['fast']['warm'] * 1e3:.1f} ms "
               f"({per_cell(med['fast']['warm'])}) | {med['kernel']['warm'] * 1e3:.1f} ms "
               f"({per_cell(med['kernel']['warm'])}) | **{statistics.median(ratios):.2f}x** "
               f"({', '.join(f'{x:.2f}' for x in ratios)}) | {cells['positions']} / {cells['metrics']} | "
               f"{med['kernel']['first']:.2f} s | {med['fast']['first'] * 1e3:.1f} ms | {flattening * 1e3:.0f} ms |")
-    print(f"\nnumba {rows[0][-1]['numba']}; cells = settings x queries.")
+    print(f"\nnumba {rows[0][-2]['numba']}; cells = settings x queries.\n")
+    print("| corpus | the fast path's steps, each timed alone (first round): stack_plans / stacked_positions / metrics |")
+    print("| --- | --- |")
+    for row in rows:
+        print(f"| {row[0]} | {' / '.join(f'{seconds * 1e3:.1f} ms' for seconds in row[-1].values())} |")
 
 
 if __name__ == "__main__":
