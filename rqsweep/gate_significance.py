@@ -15,7 +15,7 @@ import polars as pl
 
 from rqsweep.golden import OVERALL
 from rqsweep.metrics import GATED
-from rqsweep.report.significance import ALPHA, ROUNDS, holm, paired_test
+from rqsweep.significance import ALPHA, ROUNDS, holm, paired_test
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder
 

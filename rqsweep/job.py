@@ -27,7 +27,6 @@ from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.label_health import run_label_health
-from rqsweep.report.routing import routing_record
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.report.summary import summarise
 from rqsweep.routing import Routing, route
@@ -311,7 +310,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     label = metrics.get(config.objective.metric).label
     held_out = [] if done.validation is None else summary_lines(done.validation, label)
     if done.routing is not None:
-        routing = routing_record(done.routing, run_id)
+        routing = done.routing.record(run_id)
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),

@@ -100,6 +100,11 @@ class Knobs:
         """The knob values by name: what per-setting and per-query rows carry beside the id."""
         return dict(zip(KNOBS, (self.rrf_k, self.min_similarity, self.recency_half_life_days)))
 
+    def request(self) -> dict[str, int | float]:
+        """The knobs as a SOAT search request carries them: every knob explicitly (a server's environment may set
+        other defaults), `min_similarity` left out when there is no floor."""
+        return {k: v for k, v in self.columns().items() if v is not None}
+
     @property
     def blend_on(self) -> bool:
         return blends(self.recency_half_life_days)

@@ -33,11 +33,14 @@ import polars as pl
 from rqsweep.config import Constraint
 from rqsweep.constraints import choose_best
 from rqsweep.golden import OVERALL
+from rqsweep.knobs import Knobs
+from rqsweep.significance import ALPHA, ROUNDS, paired_test
 from rqsweep.validation import FoldSums, Rule, matrices
 
 GUARD = ("a slice leaves the global setting only when its own choice, made again without each fold that holds its "
          "queries, beats the global choice made without that fold on the fold's queries of the slice in a strict "
          "majority of those folds, with a pooled held-out gain above zero")
+ROUTING_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,38 @@ class Routing:
             return 0, None, None, None
         return (int(m.sum()), float(self.baseline_values[m].mean()), float(self.global_values[m].mean()),
                 float(self.routed_values[m].mean()))
+
+    def record(self, run_id: str) -> dict:
+        """What routing.json holds: each slice's request fields, ready for a caller that knows the query's slice,
+        and the held-out figures with percentile bootstrap intervals over the held-out queries (seeded)."""
+        held_out = {}
+        for s in [*self.routes, OVERALL]:
+            m = self.members(s)
+            n, base, global_, routed = self.held_out(s)
+            held_out[s] = {"queries": n, "baseline": base, "global": global_, "routing": routed,
+                           "global_gain": _interval(self.global_values[m] - self.baseline_values[m]),
+                           "routing_gain": _interval(self.routed_values[m] - self.baseline_values[m]),
+                           "routing_over_global": _interval(self.routed_values[m] - self.global_values[m])}
+        metric, objective_slice = self.objective
+        return {
+            "rqsweep_routing": ROUTING_FORMAT, "run_id": run_id,
+            "objective": {"metric": metric, "slice": objective_slice}, "baseline": self.baseline,
+            "global": {"setting_id": self.global_setting, "request": Knobs.from_id(self.global_setting).request()},
+            "guard": GUARD,
+            "slices": {s: {"setting_id": r.setting, "request": Knobs.from_id(r.setting).request(), "routed": r.routed,
+                           "own_best": r.own, "guard": {"folds_won": r.folds_won,
+                                                        "folds_compared": r.folds_compared,
+                                                        "held_out_gain": r.guard_gain}}
+                       for s, r in self.routes.items()},
+            "held_out": {"folds": self.folds, "seed": self.seed, "confidence": 1 - ALPHA,
+                         "bootstrap_resamples": ROUNDS, "fold_globals": list(self.fold_globals),
+                         "fold_routes": [dict(r) for r in self.fold_routes], "slices": held_out},
+        }
+
+
+def _interval(d: np.ndarray) -> dict:
+    test = paired_test(d)
+    return {"mean": test.mean_difference, "ci": [test.ci_low, test.ci_high], "p_value": test.p_value}
 
 
 class _Chooser:

@@ -28,11 +28,11 @@ def read_echo(sec: Section) -> EchoConfig:
     return EchoConfig(sec.get("depth", int, 1, lambda v: v >= 1, "must be >= 1"))
 
 
-def _never_built(*args, **kwargs):
+def never_built(*args, **kwargs):
     raise AssertionError("reading a config or a dry run builds no backend")
 
 
-ECHO = BackendKind(read_echo, _never_built, "on the echo backend, none at all")
+ECHO = BackendKind(read_echo, "tests.test_backend_registry:never_built", "on the echo backend, none at all")
 
 
 def test_a_new_kind_is_read_and_dry_run_from_its_registry_entry_alone(tmp_path, monkeypatch):
@@ -54,6 +54,12 @@ def test_a_kind_s_own_reader_names_file_key_path_and_value(tmp_path, monkeypatch
         load_config(write_job(tmp_path, backend=backend), BACKENDS)
     assert caught.value.file.endswith("job.yaml") and caught.value.where == where
     assert problem in caught.value.problem
+
+
+def test_a_kind_s_builder_is_imported_by_name_when_it_is_built():
+    with pytest.raises(AssertionError, match="builds no backend"):
+        ECHO.build()
+    assert BACKENDS["http"].build.__func__ is BACKENDS["embedded"].build.__func__  # one mechanism, no wrappers
 
 
 def test_the_first_kind_is_the_default(tmp_path):

@@ -14,7 +14,7 @@ from rqsweep.files import write_parquet
 from rqsweep.knobs import KNOBS
 from rqsweep.report import plots, write_report
 from rqsweep.report.recency import ranks_lost, recency_cost
-from rqsweep.report.significance import holm, paired_differences, paired_test, significance_table
+from rqsweep.significance import holm, paired_differences, paired_test, significance_table
 from rqsweep.report.tables import best_vs_baseline, infeasible_groups, knob_table
 from rqsweep.runfolder import read_run_folder
 from tests.runfolders import CONFIG, query_rows, write_run

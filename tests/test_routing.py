@@ -130,7 +130,7 @@ def test_the_guard_routes_a_small_slice_whose_gain_holds_on_every_fold():
 def test_routing_json_holds_each_slices_request_and_held_out_figures_the_per_query_table_gives(tmp_path):
     from rqsweep import job
     from rqsweep.knobs import Knobs
-    from rqsweep.report.routing import read_routing, request_fields
+    from rqsweep.report.routing import read_routing
     from tests.minijob import STEADY_ENTITY_QUERIES, write_job
 
     config = write_job(tmp_path, extra_queries=STEADY_ENTITY_QUERIES,
@@ -145,8 +145,9 @@ def test_routing_json_holds_each_slices_request_and_held_out_figures_the_per_que
         assert r["request"]["recency_half_life_days"] == knobs.recency_half_life_days
         assert r["request"].get("min_similarity") == knobs.min_similarity
         assert r["setting_id"] == (r["own_best"] if r["routed"] else data["global"]["setting_id"])
-    assert request_fields("k5_m0.25_h30.0") == {"rrf_k": 5, "min_similarity": 0.25, "recency_half_life_days": 30.0}
-    assert "min_similarity" not in request_fields("k5_moff_h30.0")
+    assert Knobs.from_id("k5_m0.25_h30.0").request() == {"rrf_k": 5, "min_similarity": 0.25,
+                                                         "recency_half_life_days": 30.0}
+    assert "min_similarity" not in Knobs.from_id("k5_moff_h30.0").request()
     # Each query scored by the setting its fold's routing gave its slice, read back from queries.parquet.
     golden_queries = queries.select("query_id", "slice").unique("query_id")
     folds = assign_folds(golden_queries, data["held_out"]["folds"], data["held_out"]["seed"])

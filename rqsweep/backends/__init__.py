@@ -8,6 +8,7 @@ of its `backend:` section (a light module of its own), its builder and what its 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,33 +22,24 @@ from rqsweep.golden import GoldenSet
 from rqsweep.progress import Phase, silent_phase
 
 Log = Callable[[str], None]
-Builder = Callable[..., Backend]  # (config, golden, corpus, *, workers, log, run_dir, advance, phase) -> Backend
 
 
 @dataclass(frozen=True)
 class BackendKind:
     read: Callable[[Section], object]  # the `backend:` section -> this backend's config (`JobConfig.backend`)
-    build: Builder
+    builder: str  # "module:function", imported when built: a run on one backend loads none of another's modules
     searches: str  # what a (setting x query) evaluation costs, for --dry-run
 
-
-def _embedded(*args, **kwargs) -> Backend:
-    from rqsweep.backends.embedded import build_embedded_backend
-
-    return build_embedded_backend(*args, **kwargs)
+    def build(self, *args, **kwargs) -> Backend:
+        module, function = self.builder.split(":")
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
 
 
-def _http(*args, **kwargs) -> Backend:
-    from rqsweep.backends.http.backend import build_http_backend
-
-    return build_http_backend(*args, **kwargs)
-
-
-# Builders are imported lazily: a run on one backend does not load the other's dependencies. The first is the
-# default kind.
+# The first kind is the default.
 BACKENDS = {
-    "embedded": BackendKind(read_embedded, _embedded, "on the embedded backend, one candidate extraction per query"),
-    "http": BackendKind(read_http, _http,
+    "embedded": BackendKind(read_embedded, "rqsweep.backends.embedded:build_embedded_backend",
+                            "on the embedded backend, one candidate extraction per query"),
+    "http": BackendKind(read_http, "rqsweep.backends.http.backend:build_http_backend",
                         "over HTTP, one search each in direct mode, about one per query in replay mode"),
 }
 

@@ -19,7 +19,7 @@ from rqsweep.report.routing import routing_blocks
 from rqsweep.report.held_out import gain_table, run_cross_validation
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
-from rqsweep.report.significance import ALPHA, ROUNDS, SEED, significance_table
+from rqsweep.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
 from rqsweep.runfolder import RunFolder
 from rqsweep.validation import CrossValidation, summary_lines

@@ -1,69 +1,19 @@
-"""routing.json, and what the console and the report say of it: the routing table beside the global choice.
-
-routing.json holds each slice's request fields, ready for a caller that knows the query's slice, and the
-held-out figures of nested cross-validation (`rqsweep.routing`), with percentile bootstrap intervals over the
-held-out queries (`significance.paired_test`, seeded): the report reads them from the file.
-"""
+"""What the console and the report say of routing.json (`Routing.record`): the routing table beside the global
+choice."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from rqsweep.report.render import Block, Heading, Paragraph, Table
-from rqsweep.report.significance import ALPHA, ROUNDS, paired_test
-from rqsweep.routing import GUARD, Routing
 from rqsweep.runfolder.folder import ROUTING
+from rqsweep.significance import ROUNDS
 from rqsweep.runfolder.tables import read_routing
-
-ROUTING_FORMAT = 1
-
-
-def request_fields(setting_id: str) -> dict:
-    """The knobs as a SOAT search request carries them: every knob explicitly (a server's environment may set
-    other defaults), `min_similarity` left out when there is no floor."""
-    knobs = Knobs.from_id(setting_id)
-    fields: dict = {"rrf_k": knobs.rrf_k}
-    if knobs.min_similarity is not None:
-        fields["min_similarity"] = knobs.min_similarity
-    fields["recency_half_life_days"] = knobs.recency_half_life_days
-    return fields
-
-
-def _interval(d: np.ndarray) -> dict:
-    test = paired_test(d)
-    return {"mean": test.mean_difference, "ci": [test.ci_low, test.ci_high], "p_value": test.p_value}
-
-
-def routing_record(routing: Routing, run_id: str) -> dict:
-    """What routing.json holds."""
-    metric, objective_slice = routing.objective
-    held_out = {}
-    for s in [*routing.routes, OVERALL]:
-        m = routing.members(s)
-        n, base, global_, routed = routing.held_out(s)
-        held_out[s] = {"queries": n, "baseline": base, "global": global_, "routing": routed,
-                       "global_gain": _interval(routing.global_values[m] - routing.baseline_values[m]),
-                       "routing_gain": _interval(routing.routed_values[m] - routing.baseline_values[m]),
-                       "routing_over_global": _interval(routing.routed_values[m] - routing.global_values[m])}
-    return {
-        "rqsweep_routing": ROUTING_FORMAT, "run_id": run_id, "objective": {"metric": metric, "slice": objective_slice},
-        "baseline": routing.baseline,
-        "global": {"setting_id": routing.global_setting, "request": request_fields(routing.global_setting)},
-        "guard": GUARD,
-        "slices": {s: {"setting_id": r.setting, "request": request_fields(r.setting), "routed": r.routed,
-                       "own_best": r.own, "guard": {"folds_won": r.folds_won, "folds_compared": r.folds_compared,
-                                                    "held_out_gain": r.guard_gain}}
-                   for s, r in routing.routes.items()},
-        "held_out": {"folds": routing.folds, "seed": routing.seed, "confidence": 1 - ALPHA,
-                     "bootstrap_resamples": ROUNDS, "fold_globals": list(routing.fold_globals),
-                     "fold_routes": [dict(r) for r in routing.fold_routes], "slices": held_out},
-    }
 
 
 def _signed(value: float | None) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rqsweep.backends.http.client import RequestFailed
 from rqsweep.errors import shown
-from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, RRF_K, Knobs
+from rqsweep.knobs import KNOBS, MIN_SIMILARITY, Knobs
 
 SEARCH_PATH = "/api/v1/knowledge/search"
 
@@ -68,12 +68,9 @@ def search_body(query: str, knobs: Knobs, limit: int, scope: SearchScope, dialec
     body: dict = {"query": query, "limit": limit}
     if scope.project_id is not None:
         body["project_id"] = scope.project_id
-    if RRF_K in dialect.knobs:
-        body[RRF_K] = knobs.rrf_k
-    if knobs.min_similarity is not None and MIN_SIMILARITY in dialect.knobs:
-        body[dialect.min_similarity] = knobs.min_similarity
-    if HALF_LIFE in dialect.knobs:
-        body[HALF_LIFE] = knobs.recency_half_life_days
+    for knob, value in knobs.request().items():
+        if knob in dialect.knobs:
+            body[dialect.min_similarity if knob == MIN_SIMILARITY else knob] = value
     if scope.tags:
         body["tags"] = dict(scope.tags)
     if scope.memory_store_ids is not None:
