@@ -57,7 +57,8 @@ def batch_seed(seed: int | None, trials: int, worker: str = "") -> int | None:
 
 Scored = tuple[float, list[tuple[str, float]]]  # objective value, (constraint key, value <= 0 when met)
 WORKER = f"{socket.gethostname()}:{os.getpid()}"  # who holds a trial, in storage and optuna-dashboard
-VIOLATION = "violation"  # the one constraint a trial carries: > 0 when the setting breaks any
+CONSTRAINTS = "constraints"  # the system attribute of a trial's constraints, its one value > 0 when it breaks any
+TOLD = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)  # an evaluated setting's trial: feasible, not
 STALL_PROPOSALS = 500  # proposals in a row of settings already evaluated before the search is deemed settled
 BUDGET = "n_trials"  # the study attribute that holds the coordinator's budget, which its workers spend
 DECLINED = "over_budget"  # the user attribute of a trial asked past the budget and failed unevaluated
@@ -74,10 +75,9 @@ class StudyIdentity:
 
 def _remember(trial: optuna.trial.FrozenTrial, known: dict[str, Scored], counted: set[str]) -> None:
     sid = trial.user_attrs.get("setting_id")
-    if sid is not None and trial.state == optuna.trial.TrialState.COMPLETE:
+    if sid is not None and trial.state in TOLD:
         known[sid] = (trial.value, list(trial.constraints.items()))
-        if not trial.user_attrs.get("repeat"):
-            counted.add(sid)
+        counted.add(sid)
 
 
 def _claims(trials: Sequence[optuna.trial.FrozenTrial], baseline_id: str) -> list[tuple[int, int, str | None]]:
@@ -127,16 +127,30 @@ def _failed_under(storage: StudyStorage, trial: optuna.Trial, log: Callable[[str
 
 def _tell(study: optuna.Study, trial: optuna.Trial, knobs: Knobs, scored: Scored, repeat: bool,
           extra: dict[str, object]) -> None:
-    value, constraints = scored
-    # One constraint: the sum of the violated ones (or, when all are met, the smallest slack). TPE and NSGA-II
-    # read only that sum and feasibility, so they decide as with one value per key, and a trial is not read
-    # ~20 keys at every ask. The keys a setting breaks are in the run's grid (`violations`).
-    values = [c for _, c in constraints]
-    trial.set_constraint(VIOLATION, sum(c for c in values if c > 0) or max(values, default=0.0))
+    """Tell a trial in the state that makes optuna-dashboard (0.21) show the truth: its "Best Trial" is the
+    storage's best COMPLETE trial and its History draws COMPLETE trials (PRUNED ones on request). So a feasible
+    setting's trial is COMPLETE, an infeasible one's PRUNED, its value reported as its one intermediate value (which
+    Optuna makes its value; TPE ranks an infeasible trial by its violation alone, whatever its state), and a
+    repeat FAIL: it needed no search, and the sampler holds the setting's first trial already."""
     # What the collector reads; the knob values are in the setting id, so a trial carries no more.
     for key, v in {"repeat": repeat, **extra}.items():
         trial.set_user_attr(key, v)
-    study.tell(trial, value)
+    if repeat:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return
+    value, constraints = scored
+    # One constraint: the sum of the violated ones (or, when all are met, the smallest slack). TPE and NSGA-II
+    # read only that sum and feasibility, so they decide as with one value per key, and a trial is not read
+    # ~20 keys at every ask. The keys a setting breaks are in the run's grid (`violations`). Written in the list
+    # form that Optuna reads as well as `set_constraint`'s, since it is the only one optuna-dashboard reads.
+    values = [c for _, c in constraints]
+    violation = sum(c for c in values if c > 0) or max(values, default=0.0)
+    trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS, [violation])
+    if violation > 0:
+        trial.report(value, 0)
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    else:
+        study.tell(trial, value)
 
 
 def run_optimize(sweep: SweepConfig, baseline: Knobs, score: Callable[[list[Knobs]], list[Scored]],

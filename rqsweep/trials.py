@@ -13,6 +13,7 @@ import polars as pl
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
+from rqsweep.strategy import TOLD
 from rqsweep.study import StudyStorage
 
 # How long a worker waits for its study to appear (the coordinator creates it after building its index: about
@@ -41,7 +42,7 @@ def gathered(study: optuna.Study, finished: set[str], query_ids: Sequence[str]) 
     n = len(query_ids)
     for trial in study.get_trials(deepcopy=False):
         attrs = trial.user_attrs
-        if trial.state.name != "COMPLETE" or attrs.get("repeat") or "positions" not in attrs:
+        if trial.state not in TOLD or attrs.get("repeat") or "positions" not in attrs:
             continue
         if attrs["setting_id"] in seen:
             continue

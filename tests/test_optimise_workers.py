@@ -22,6 +22,7 @@ from rqsweep.job import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.serve import Faults
+from rqsweep.strategy import TOLD
 from rqsweep.study import StudyStorage
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
 from tests.pgserver import PostgresUnavailable, start_cluster
@@ -45,7 +46,7 @@ def _cli(*args: str) -> subprocess.Popen:
 
 def _distinct(trials) -> set[str]:
     return {t.user_attrs["setting_id"] for t in trials
-            if t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs["repeat"]}
+            if t.state in TOLD and not t.user_attrs["repeat"]}
 
 
 def _holds_a_trial(storage, study_name: str, proc: subprocess.Popen):
@@ -109,12 +110,12 @@ def test_three_workers_one_killed_mid_trial_every_trial_once_and_the_grid_re_eva
     trials = optuna.load_study(study_name=study_name, storage=storage).get_trials()
     states = {t.number: t.state for t in trials}
     assert all(states[n] == optuna.trial.TrialState.FAIL for n in killed)
-    assert set(states.values()) <= {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL}
+    assert set(states.values()) <= {*TOLD, optuna.trial.TrialState.FAIL}
     retried = {optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t): t for t in trials}
     for n in killed:  # each killed trial was asked again with its parameters and completed
-        assert retried[n].state == optuna.trial.TrialState.COMPLETE
+        assert retried[n].state in TOLD
         assert retried[n].params == next(t for t in trials if t.number == n).params
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    complete = [t for t in trials if t.state in TOLD]
     # Counted once: the budget is distinct settings (two workers may evaluate one setting at the same moment).
     evaluated = sorted(_distinct(trials))
     assert len(evaluated) == 14

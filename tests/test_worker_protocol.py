@@ -8,6 +8,7 @@ import pytest
 
 from rqsweep import job
 from rqsweep.backends.embedded import EmbeddedBackend
+from rqsweep.strategy import TOLD
 from rqsweep.study import MAX_RETRIES, StudyStorage
 from tests.minijob import write_job
 
@@ -25,7 +26,7 @@ def _study(url: str) -> optuna.Study:
 
 def _distinct(study: optuna.Study) -> set[str]:
     return {t.user_attrs["setting_id"] for t in study.get_trials()
-            if t.state == optuna.trial.TrialState.COMPLETE and not t.user_attrs["repeat"]}
+            if t.state in TOLD and not t.user_attrs["repeat"]}
 
 
 def test_a_worker_spends_the_coordinators_budget_not_its_configs(tmp_path):
@@ -75,7 +76,7 @@ def test_a_trial_failed_under_its_worker_costs_one_line_and_the_worker_carries_o
     retried = {optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t): t for t in trials.values()}
     for n in failed:
         again = retried[n]
-        assert again.state == optuna.trial.TrialState.COMPLETE and again.params == trials[n].params
+        assert again.state in TOLD and again.params == trials[n].params
         assert not again.user_attrs["repeat"] and "positions" in again.user_attrs
     # The coordinator's --resume gathers all 8 from the study (the baseline besides).
     grown = job.run(config, quiet=True, resume=result.run_dir, storage=url, n_trials=8)
