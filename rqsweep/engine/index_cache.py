@@ -9,9 +9,9 @@ ids are cut again from the document, which is cheap and keeps the cache free of 
 from __future__ import annotations
 
 import hashlib
-import io
 import sqlite3
-import zipfile
+import struct
+import zlib
 from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass
@@ -27,6 +27,7 @@ _LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
 _PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data))).hexdigest()
 _SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
+_MAGIC, _CRC, _HEADER = b"RQX1", struct.Struct("<I"), struct.Struct("<III")  # rows, dimensions, positions
 
 
 @dataclass(frozen=True)
@@ -37,28 +38,38 @@ class BuiltRows:
     lexemes: tuple[tuple[str | None, ...], ...]  # per chunk; None: a lexeme too long to keep, holding a position
 
     def to_bytes(self) -> bytes:
-        words = [w or "" for row in self.lexemes for w in row]  # a lexeme is never empty
-        out = io.BytesIO()
-        np.savez(out, vectors=np.asarray(self.vectors, "<f4"),
-                 lengths=np.array([len(row) for row in self.lexemes], "<i4"),
-                 words=np.frombuffer(_SEPARATOR.join(words).encode("utf-8", "surrogatepass"), np.uint8))
-        return out.getvalue()
+        """Vectors, then each position's number in the entry's own list of distinct lexemes (-1: None)."""
+        words: dict[str, int] = {}
+        ids = np.array([-1 if w is None else words.setdefault(w, len(words)) for row in self.lexemes for w in row],
+                       "<i4")
+        vectors = np.ascontiguousarray(self.vectors, "<f4")
+        payload = b"".join([
+            _HEADER.pack(len(self.lexemes), vectors.shape[1] if vectors.ndim == 2 else 0, len(ids)),
+            np.array([len(row) for row in self.lexemes], "<i4").tobytes(), ids.tobytes(), vectors.tobytes(),
+            _SEPARATOR.join(words).encode("utf-8", "surrogatepass")])
+        return _MAGIC + _CRC.pack(zlib.crc32(payload)) + payload
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "BuiltRows":
         """Raises ValueError when `blob` is not an intact entry."""
-        try:
-            with np.load(io.BytesIO(blob), allow_pickle=False) as stored:
-                vectors, lengths, words = stored["vectors"], stored["lengths"], stored["words"]
-        except (OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:
-            raise ValueError(f"unreadable entry ({exc})") from exc
-        text = words.tobytes().decode("utf-8", "surrogatepass")
-        flat = text.split(_SEPARATOR) if int(lengths.sum()) else []
-        if vectors.ndim != 2 or len(vectors) != len(lengths) or len(flat) != int(lengths.sum()) or (lengths < 0).any():
+        start = len(_MAGIC) + _CRC.size
+        if blob[:len(_MAGIC)] != _MAGIC or len(blob) < start + _HEADER.size:
+            raise ValueError("not an index cache entry")
+        if _CRC.unpack_from(blob, len(_MAGIC))[0] != zlib.crc32(memoryview(blob)[start:]):
+            raise ValueError("checksum mismatch")
+        n_rows, dims, n_ids = _HEADER.unpack_from(blob, start)
+        at = start + _HEADER.size
+        lengths = np.frombuffer(blob, "<i4", n_rows, at)
+        ids = np.frombuffer(blob, "<i4", n_ids, at + 4 * n_rows)
+        at += 4 * (n_rows + n_ids)
+        vectors = np.frombuffer(blob, "<f4", n_rows * dims, at).reshape(n_rows, dims)
+        table: list[str | None] = blob[at + 4 * n_rows * dims:].decode("utf-8", "surrogatepass").split(_SEPARATOR)
+        table.append(None)  # position -1
+        if int(lengths.sum()) != n_ids or (len(ids) and not -1 <= int(ids.min()) <= int(ids.max()) < len(table) - 1):
             raise ValueError("inconsistent entry")
+        flat = list(map(table.__getitem__, ids.tolist()))
         ends = np.cumsum(lengths).tolist()
-        rows = tuple(tuple(w or None for w in flat[end - n:end]) for end, n in zip(ends, lengths.tolist()))
-        return cls(vectors.astype(np.float32), rows)
+        return cls(vectors, tuple(tuple(flat[end - n:end]) for end, n in zip(ends, lengths.tolist())))
 
 
 class IndexCache:

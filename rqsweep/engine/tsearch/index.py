@@ -38,9 +38,8 @@ class LexicalIndex:
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         self.n_rows = len(texts)
-        vocab: dict[str, int] = {}
-        # A lexeme too long to keep still takes a position: it becomes -1, dropped below.
-        cache = RunCache(lambda word: -1 if word is None else vocab.setdefault(word, len(vocab)))
+        vocab = _Vocabulary()
+        cache = RunCache(vocab.__getitem__)
         numbers, ends = array("i"), array("q")
         for text in texts:
             if isinstance(text, str):
@@ -48,7 +47,8 @@ class LexicalIndex:
             else:
                 numbers.append(cache.add(text))
             ends.append(len(numbers))
-        self._vocab = vocab
+        del vocab[None]
+        self._vocab = dict(vocab)
         key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
                                      len(vocab))
         # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
@@ -249,6 +249,18 @@ class LexicalIndex:
                          | number)
         # Entries of one position are ordered by lexeme (code point order), as in a tsvector.
         return np.sort(np.concatenate(parts))
+
+
+class _Vocabulary(dict):
+    """Lexeme -> its number, numbered on first sight. A lexeme too long to keep (None) still takes a position:
+    it is -1, dropped from the postings."""
+
+    def __init__(self) -> None:
+        super().__init__({None: -1})
+
+    def __missing__(self, word: str) -> int:
+        number = self[word] = len(self) - 1
+        return number
 
 
 def _atoms(root: Node) -> dict[Node, int]:
