@@ -167,6 +167,14 @@ def test_index_postings_are_the_reference_tsvectors(texts):
     assert _indexed_vectors(index) == [_vector(lexemes(text, fast=False)) for text in texts]
 
 
+def test_index_postings_across_row_blocks(monkeypatch):
+    from rqsweep.engine.tsearch import index as lexical_index
+    rnd = random.Random(7)
+    texts = ["".join(rnd.choice(_ALPHABET + ["w12 ", "pager "]) for _ in range(rnd.randint(0, 30))) for _ in range(40)]
+    monkeypatch.setattr(lexical_index, "_ROWS_PER_BLOCK", 3)
+    assert _indexed_vectors(LexicalIndex(texts)) == [_vector(lexemes(text, fast=False)) for text in texts]
+
+
 def test_index_postings_keep_the_position_limits():
     texts = ["w " * 300 + "x " * 16100 + "y z y", "y w", "w " * 16500 + "w"]
     assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]

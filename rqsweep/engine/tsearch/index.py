@@ -27,6 +27,7 @@ from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_en
 
 _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
 _POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
+_ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during the build
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
 
 
@@ -52,10 +53,10 @@ class LexicalIndex:
         key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
                                      len(vocab))
         # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
-        group = key >> _POS_KEY_BITS
         new_group = np.ones(len(key), bool)
-        new_group[1:] = group[1:] != group[:-1]
-        del group
+        differ = np.bitwise_xor(key[1:], key[:-1])
+        new_group[1:] = np.right_shift(differ, _POS_KEY_BITS, out=differ) != 0
+        del differ
         keep = np.ones(len(key), bool)
         keep[1:] = key[1:] != key[:-1]  # a position repeats only where positions are capped at 16383
         group_start = np.flatnonzero(new_group)
@@ -63,7 +64,8 @@ class LexicalIndex:
         if len(sizes) and sizes.max() > MAX_POSITIONS:
             keep &= np.arange(len(key)) - np.repeat(group_start, sizes) < MAX_POSITIONS
         del group_start, sizes
-        key, new_group = key[keep], new_group[keep]
+        if not keep.all():
+            key, new_group = key[keep], new_group[keep]
         del keep
         self._pos = (key & MAX_POSITION).astype(np.int32)
         self._entry_row = ((key >> _POS_KEY_BITS) & ((1 << row_bits) - 1)).astype(np.int32)
@@ -328,19 +330,28 @@ def _sorted_keys(parts: list[tuple[int, ...]], numbers: np.ndarray, ends: np.nda
     """
     sizes = np.fromiter(map(len, parts), np.int64, len(parts))
     flat = np.fromiter(chain.from_iterable(parts), np.int32, int(sizes.sum()))
-    per_run = sizes[numbers]
-    lex = flat[_ranges((np.cumsum(sizes) - sizes)[numbers], per_run)]
-    del flat
-    bounds = np.append(0, np.cumsum(per_run))[np.append(0, ends)]
-    counts = np.diff(bounds)
+    first = np.cumsum(sizes) - sizes
     row_bits = max(len(ends) - 1, 1).bit_length()
     if max(n_lexemes, 1).bit_length() + row_bits + _POS_KEY_BITS > 63:
         raise ValueError(f"too many rows and lexemes for one lexical index: {len(ends)} rows, {n_lexemes} lexemes")
-    key = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
-    np.minimum(key, MAX_POSITION, out=key)
-    key |= np.repeat(np.arange(len(ends), dtype=np.int64) << _POS_KEY_BITS, counts)
-    key |= lex.astype(np.int64) << (_POS_KEY_BITS + row_bits)
-    key = key[lex >= 0]
+    key = np.empty(int(np.bincount(numbers, minlength=len(parts)) @ sizes), np.int64)
+    filled, run_ends = 0, np.append(0, ends)
+    # A block of rows at a time, so the temporaries stay a small part of the keys.
+    for lo in range(0, len(ends), _ROWS_PER_BLOCK):
+        hi = min(lo + _ROWS_PER_BLOCK, len(ends))
+        runs = numbers[run_ends[lo]:run_ends[hi]]
+        per_run = sizes[runs]
+        lex = flat[_ranges(first[runs], per_run)]
+        bounds = np.append(0, np.cumsum(per_run))[run_ends[lo:hi + 1] - run_ends[lo]]
+        counts = np.diff(bounds)
+        block = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
+        np.minimum(block, MAX_POSITION, out=block)
+        block |= np.repeat(np.arange(lo, hi, dtype=np.int64) << _POS_KEY_BITS, counts)
+        block |= lex.astype(np.int64) << (_POS_KEY_BITS + row_bits)
+        block = block[lex >= 0]
+        key[filled:filled + len(block)] = block
+        filled += len(block)
+    key = key[:filled]
     key.sort()
     return key, row_bits
 
