@@ -52,6 +52,7 @@ class LexicalIndex:
         self._vocab = dict(vocab)
         key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
                                      len(vocab))
+        del cache, numbers, ends
         # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
         new_group = np.ones(len(key), bool)
         differ = np.bitwise_xor(key[1:], key[:-1])
@@ -67,8 +68,11 @@ class LexicalIndex:
         if not keep.all():
             key, new_group = key[keep], new_group[keep]
         del keep
-        self._pos = (key & MAX_POSITION).astype(np.int32)
-        self._entry_row = ((key >> _POS_KEY_BITS) & ((1 << row_bits) - 1)).astype(np.int32)
+        part = np.bitwise_and(key, MAX_POSITION)
+        self._pos = part.astype(np.int32)
+        np.bitwise_and(np.right_shift(key, _POS_KEY_BITS, out=part), (1 << row_bits) - 1, out=part)
+        self._entry_row = part.astype(np.int32)
+        del part
         starts = np.flatnonzero(new_group)
         self._group_entries = np.append(starts, len(key)).astype(np.int64)
         self._group_row = self._entry_row[starts]
