@@ -1,0 +1,134 @@
+"""Index build: the lexical index and the feature hash against PostgreSQL's to_tsvector, on the same texts.
+
+    nice -n 10 .venv/bin/python benchmarks/index_build.py                 # 200,000 chunks, 3 rounds
+    nice -n 10 .venv/bin/python benchmarks/index_build.py --chunks 20000  # a quick look
+    git archive REV | tar -x -C /tmp/rev-src && nice -n 10 .venv/bin/python benchmarks/index_build.py --source /tmp/rev-src
+
+The chunks are benchmarks/engine.py's synthetic 150-word documents (what issue 20 measured). Per round, in
+this order: `LexicalIndex(texts)` (the port of `to_tsvector('simple')`, indexed), a fresh
+`FeatureHashEmbedder(1024).embed(texts)`, and PostgreSQL 18's `SELECT sum(length(to_tsvector('simple', t)))`
+over a table of the same texts (loaded beforehand, not timed; no parallel workers). CPU seconds: ours by
+`time.process_time`, PostgreSQL's from its backend's /proc stat (utime + stime). Medians of the rounds. The
+run checks that every row has as many lexemes in the port's index as in PostgreSQL's tsvector. Then the
+whole `Index.build` (norms included) once without the index cache, once filling it, and twice from it: on
+the same corpus, and with every 100th document changed.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine import synthetic_corpus  # noqa: E402
+from tests.pgserver import start_cluster  # noqa: E402
+
+
+def cpu_of(fn) -> tuple[float, object]:
+    start = time.process_time()
+    out = fn()
+    return time.process_time() - start, out
+
+
+def backend_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--source", type=Path, help="measure the rqsweep sources in this folder (no cache table)")
+    args = parser.parse_args()
+    import psycopg
+
+    corpus, _ = synthetic_corpus(args.chunks, 0, n_queries=1)
+    if args.source:  # the texts came from this checkout's generator; what is measured, from the sources given
+        sys.path.insert(0, str(args.source.resolve()))
+        for name in [m for m in sys.modules if m == "rqsweep" or m.startswith("rqsweep.")]:
+            del sys.modules[name]
+    from rqsweep.engine.embed import FeatureHashEmbedder
+    from rqsweep.engine.tsearch import LexicalIndex
+    texts = [d.content for d in corpus.documents]
+    print(f"{len(texts):,} chunks, {sum(map(len, texts)) / len(texts):.0f} characters each on average; "
+          f"rqsweep from {Path(sys.modules[LexicalIndex.__module__].__file__).parents[3]}")
+    cluster = start_cluster()
+    try:
+        with psycopg.connect(cluster.dsn, autocommit=True) as conn:
+            conn.execute("SET max_parallel_workers_per_gather = 0")
+            conn.execute("CREATE TEMP TABLE chunks (id int PRIMARY KEY, t text NOT NULL)")
+            with conn.cursor().copy("COPY chunks (id, t) FROM STDIN") as copy:
+                for i, text in enumerate(texts):
+                    copy.write_row((i, text))
+            conn.execute("VACUUM ANALYZE chunks")
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            lexical, hashed, postgres = [], [], []
+            for _ in range(args.rounds):
+                seconds, index = cpu_of(lambda: LexicalIndex(texts))
+                lexical.append(seconds)
+                hashed.append(cpu_of(lambda: FeatureHashEmbedder(1024).embed(texts))[0])
+                before = backend_cpu(pid)
+                conn.execute("SELECT sum(length(to_tsvector('simple', t))) FROM chunks").fetchone()
+                postgres.append(backend_cpu(pid) - before)
+            pg_lengths = np.array([n for (n,) in conn.execute(
+                "SELECT length(to_tsvector('simple', t)) FROM chunks ORDER BY id").fetchall()])
+    finally:
+        cluster.stop()
+    ours = np.bincount(index._group_row, minlength=len(texts))
+    mismatched = int(np.count_nonzero(ours != pg_lengths))
+    n = len(texts)
+    rate = {name: n / statistics.median(times) for name, times in
+            (("lexical", lexical), ("feature hash", hashed), ("postgres", postgres))}
+    both = n / statistics.median([a + b for a, b in zip(lexical, hashed)])
+    print("| work | CPU seconds (median) | chunks per CPU-second | vs PostgreSQL's to_tsvector |")
+    print("| --- | --- | --- | --- |")
+    for name, times in (("lexical index (port)", lexical), ("feature hash 1,024-d", hashed),
+                        ("lexical + feature hash", [a + b for a, b in zip(lexical, hashed)]),
+                        ("PostgreSQL to_tsvector('simple')", postgres)):
+        seconds = statistics.median(times)
+        print(f"| {name} | {seconds:.2f} s | {n / seconds:,.0f} | {n / seconds / rate['postgres']:.2f}x |")
+    print(f"rows whose lexeme count differs from PostgreSQL's: {mismatched} of {n:,}")
+    print(f"lexical + feature hash: {both:,.0f} chunks per CPU-second (target 15,000)")
+    if args.source:
+        return
+    from rqsweep.config import Chunking
+    from rqsweep.corpus import Corpus
+    from rqsweep.engine.index import Index
+    from rqsweep.engine.index_cache import IndexCache
+    print()
+    print("| Index.build (whole chunks, feature hash 1,024-d) | CPU seconds | rows built | rows reused |")
+    print("| --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as folder:
+        for name, cache, docs in (("no cache", None, corpus.documents),
+                                  ("cold, filling the index cache", folder, corpus.documents),
+                                  ("rerun, unchanged corpus", folder, corpus.documents),
+                                  ("rerun, 1% of documents changed", folder, changed(corpus.documents))):
+            index_cache = IndexCache(Path(cache), "feature-hash/1024", Chunking("whole")) if cache else None
+            seconds, index = cpu_of(lambda: Index.build(Corpus(docs, ()), FeatureHashEmbedder(1024),
+                                                        Chunking("whole"), cache=index_cache))
+            print(f"| {name} | {seconds:.2f} s | {index.rows_built:,} | {index.rows_reused:,} |")
+            del index
+
+
+def changed(documents):
+    """Every 100th document with a word appended."""
+    return tuple(replace(d, content=d.content + " changed") if i % 100 == 0 else d for i, d in enumerate(documents))
+
+
+if __name__ == "__main__":
+    main()

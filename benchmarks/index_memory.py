@@ -1,0 +1,77 @@
+"""Where an index build's memory goes: RSS during `Index.build`, by phase, against the vectors' own size.
+
+    nice .venv/bin/python benchmarks/index_memory.py                         # 100,000 chunks, this checkout
+    git archive main | tar -x -C /tmp/main-src                               # another revision's sources...
+    nice .venv/bin/python benchmarks/index_memory.py --source /tmp/main-src  # ...measured the same way
+
+benchmarks/engine.py's synthetic 150-word chunks, one chunk per document (`whole`), feature hash at 1,024
+dimensions. A thread samples the process's RSS every 10 ms; each phase (embedding, the lexical index, pgvector's
+norms; the ones the revision has) reports its peak over the RSS before the build, and the last line what the
+built index holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def rss() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the source tree whose rqsweep is measured (default: this checkout)")
+    args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(args.source))
+    import rqsweep.engine.index as index_module
+    from engine import synthetic_corpus
+    from rqsweep.config import Chunking
+    from rqsweep.engine.embed import FeatureHashEmbedder
+
+    corpus, _ = synthetic_corpus(args.chunks, 0, n_queries=1)
+    phase, peaks, done = ["other"], {}, threading.Event()
+    for name, label in (("_embed_column_major", "embedding"), ("LexicalIndex", "lexical index"),
+                        ("squared_norms", "norms")):
+        if hasattr(index_module, name):
+            original = getattr(index_module, name)
+
+            def timed(*a, _original=original, _label=label, **k):
+                phase[0] = _label
+                try:
+                    return _original(*a, **k)
+                finally:
+                    phase[0] = "other"
+            setattr(index_module, name, timed)
+    base = rss()
+
+    def sample() -> None:
+        while not done.is_set():
+            peaks[phase[0]] = max(peaks.get(phase[0], 0), rss() - base)
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    index = index_module.Index.build(corpus, FeatureHashEmbedder(1024), Chunking("whole"))
+    done.set()
+    sampler.join()
+    vectors = sum(store.vectors.nbytes for store in index.stores.values())
+    print(f"{args.source}: {args.chunks:,} chunks, vectors {vectors / 1e6:.0f} MB, RSS before the build "
+          f"{base / 1e6:.0f} MB")
+    print("| phase | peak RSS over the start | x vectors |")
+    print("| --- | --- | --- |")
+    for name, peak in peaks.items():
+        print(f"| {name} | +{peak / 1e6:.0f} MB | {peak / vectors:.2f}x |")
+    print(f"| the built index | +{(rss() - base) / 1e6:.0f} MB | {(rss() - base) / vectors:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
