@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 from rqsweep.config import Chunking
@@ -143,6 +144,9 @@ def test_the_job_says_what_it_reused(tmp_path):
     assert "(0 reused from the index cache, 9 built)" in lines[0]
     assert "(9 reused from the index cache, 0 built)" in lines[1]
     assert [p.name[:16] for p in Path(tmp_path, "cache", "index").glob("*.sqlite3")] == ["feature-hash_256"]
+    first, second = (pl.read_parquet(run / "grid.parquet").drop("run_id")
+                     for run in sorted(Path(tmp_path, "results", "mini").iterdir()))
+    assert first.height > 0 and first.equals(second)
 
 
 @pytest.mark.parametrize("blob", [b"", b"PK\x03\x04 truncated", b"\x00" * 64])
