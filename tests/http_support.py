@@ -66,6 +66,22 @@ def write_config(folder: Path, name: str, backend: dict, sweep: dict | None = No
     return path
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A keep-alive request handler that logs nothing; `reply` sends one whole answer."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def reply(self, status: int, data: bytes, kind: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class Loopback:
     """An HTTP server on a free loopback port, answering with `handler` from a thread of its own until `close`."""
 

@@ -166,53 +166,55 @@ def test_a_synthetic_corpus_on_an_existing_cluster_gives_the_single_process_resu
 
 
 def test_a_worker_killed_mid_shard_changes_nothing(tmp_path, handbook_reference):
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as monitor:
-        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address})
-        outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(done=job.run(config, quiet=True)))
-        runner.start()
-        pids = monitor.run(os.getpid)  # worker address -> its process id
-        killed = None
-        deadline = time.monotonic() + 120
-        while killed is None and time.monotonic() < deadline:
-            for address, keys in monitor.processing().items():
-                if any("plan_queries" in str(k) for k in keys):  # a shard's candidates are being extracted
-                    killed = pids[address]
-                    os.kill(killed, signal.SIGKILL)
-                    break
-            time.sleep(0.05)
-        runner.join(300)
-    assert killed is not None, "no shard was seen running"
-    assert_same_results(outcome["done"].run_dir, handbook_reference)
+    _assert_a_killed_worker_changes_nothing(tmp_path, handbook_reference, {}, "plan_queries")  # a query shard's candidates
 
 
 def test_a_worker_killed_while_its_corpus_shard_answers_changes_nothing(tmp_path, handbook_reference):
     """The dead worker's shard index is built again elsewhere from its task; the reports and results do not change."""
+    _assert_a_killed_worker_changes_nothing(tmp_path, handbook_reference, {"corpus_shards": 2}, "first_reports")
+
+
+def _assert_a_killed_worker_changes_nothing(tmp_path: Path, reference: Path, workers: dict, task: str) -> None:
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as monitor:
-        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address,
-                                         "corpus_shards": 2})
-        outcome = {}
-        runner = threading.Thread(target=lambda: outcome.update(done=job.run(config, quiet=True)))
-        runner.start()
-        pids = monitor.run(os.getpid)
-        killed = None
-        deadline = time.monotonic() + 120
-        while killed is None and time.monotonic() < deadline:
-            for address, keys in monitor.processing().items():
-                if any("first_reports" in str(k) for k in keys):  # a shard's index is built and answering
-                    killed = pids[address]
-                    os.kill(killed, signal.SIGKILL)
-                    break
-            time.sleep(0.05)
+        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address, **workers})
+        runner, outcome = _run_aside(config)
+        killed = _kill_a_worker_running(monitor, task, runner)
         runner.join(300)
-    assert killed is not None, "no shard was seen answering"
-    assert_same_results(outcome["done"].run_dir, handbook_reference)
+    assert killed is not None, f"no {task} task was seen running"
+    assert "error" not in outcome, repr(outcome.get("error"))
+    assert_same_results(outcome["done"].run_dir, reference)
+
+
+def _run_aside(config: Path) -> tuple[threading.Thread, dict]:
+    """The job running in a thread; its outcome lands in the dict as `done`, or `error`."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["done"] = job.run(config, quiet=True)
+        except BaseException as exc:  # the caller's assertion shows it
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    return runner, outcome
+
+
+def _kill_a_worker_running(monitor, task: str, runner: threading.Thread) -> int | None:
+    """SIGKILLs the process of the first worker seen running a task whose key names `task`; its pid, or None when
+    none was seen within 120 s or before the run ended."""
+    pids = monitor.run(os.getpid)  # worker address -> its process id; no worker has died yet
+    deadline = time.monotonic() + 120
+    while runner.is_alive() and time.monotonic() < deadline:
+        for address, keys in monitor.processing().items():
+            if any(task in str(k) for k in keys):
+                os.kill(pids[address], signal.SIGKILL)
+                return pids[address]
+        time.sleep(0.01)
+    return None
 
 
 KILL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41))},
@@ -227,32 +229,14 @@ def test_a_worker_killed_mid_batch_changes_nothing_five_times_over(tmp_path):
     is Dask's business, not what is tested here (a shared cluster once waited 60 s in vain for the restart)."""
     from distributed import Client, LocalCluster
 
-    serial = job.run(_kill_job(tmp_path / "serial", 1),
-                     quiet=True).run_dir
+    serial = job.run(_kill_job(tmp_path / "serial", 1), quiet=True).run_dir
     for attempt in range(5):
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
                 Client(cluster) as monitor:
             monitor.wait_for_workers(2, timeout=120)
-            config = _kill_job(tmp_path / f"dask{attempt}",
-                               {"backend": "dask", "n": 2, "address": cluster.scheduler_address})
-            outcome = {}
-
-            def run() -> None:
-                try:
-                    outcome["done"] = job.run(config, quiet=True)
-                except BaseException as exc:  # the assertion below shows it
-                    outcome["error"] = exc
-
-            runner = threading.Thread(target=run)
-            runner.start()
-            killed = None
-            deadline = time.monotonic() + 120
-            while killed is None and runner.is_alive() and time.monotonic() < deadline:
-                for address, keys in monitor.processing().items():
-                    if any("_score_shard" in str(k) for k in keys):  # a batch is being scored there
-                        killed = monitor.run(os.getpid, workers=[address])[address]
-                        os.kill(killed, signal.SIGKILL)
-                        break
+            runner, outcome = _run_aside(_kill_job(tmp_path / f"dask{attempt}",
+                                                   {"backend": "dask", "n": 2, "address": cluster.scheduler_address}))
+            killed = _kill_a_worker_running(monitor, "_score_shard", runner)  # a batch is being scored there
             runner.join(300)
         assert killed is not None, f"attempt {attempt}: no batch was seen running"
         assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"

@@ -19,8 +19,8 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.http.auth import Target
 from rqsweep.backends.http.client import RequestFailed, SoatClient
-from tests.http_support import (EMBEDDED, PASSWORD, Loopback, comparable, http_backend, serving, write_config,
-                                write_corpus)
+from tests.http_support import (EMBEDDED, PASSWORD, Loopback, QuietHandler, comparable, http_backend, serving,
+                                write_config, write_corpus)
 
 SETTINGS = 8  # http_support.SWEEP, the baseline among them
 BAD = {
@@ -69,27 +69,16 @@ class _BadProxy:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def _reply(self, status: int, kind: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def _pass(self, method: str) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 bad = proxy._bad_answer(raw)
                 if bad is not None:
-                    return self._reply(200, *bad)
+                    kind, data = bad
+                    return self.reply(200, data, kind)
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
                 answer = httpx.request(method, proxy.upstream + self.path, content=raw, headers=headers)
-                self._reply(answer.status_code, answer.headers.get("content-type", "application/json"), answer.content)
+                self.reply(answer.status_code, answer.content, answer.headers.get("content-type", "application/json"))
 
             def do_GET(self) -> None:
                 self._pass("GET")
@@ -151,12 +140,7 @@ def test_searches_that_stay_failed_end_the_run_with_exit_3_saying_which_why_and_
 def _flood(size: int) -> ThreadingHTTPServer:
     """A server answering every request with `size` bytes of JSON-looking text, streamed in 1 MB pieces."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
             self.send_response(200)

@@ -31,8 +31,8 @@ from rqsweep.errors import BackendError
 from rqsweep.knobs import Knobs
 from rqsweep.scrub import scrub_secrets
 from rqsweep.serve import Faults
-from tests.http_support import (EMBEDDED, PASSWORD, Loopback, comparable, http_backend, leaks, serving, write_config,
-                                write_corpus)
+from tests.http_support import (EMBEDDED, PASSWORD, Loopback, QuietHandler, comparable, http_backend, leaks, serving,
+                                write_config, write_corpus)
 
 SETTINGS = 8  # http_support.SWEEP, the baseline among them
 
@@ -109,19 +109,7 @@ class _EchoingProxy:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def _reply(self, status: int, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(QuietHandler):
             def _pass(self, method: str) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if proxy._echo(self.path.split("?")[0], raw):
@@ -129,12 +117,12 @@ class _EchoingProxy:
                     message = (f"upstream refused Authorization: {self.headers.get('Authorization')} "
                                f"(key {UPSTREAM_KEY}) for {raw.decode()}")
                     if proxy.status == 200:
-                        return self._reply(200, json.dumps({"results": [{"source_type": message}]}).encode())
+                        return self.reply(200, json.dumps({"results": [{"source_type": message}]}).encode())
                     error = {"error": {"code": "INTERNAL_ERROR", "message": message}}
-                    return self._reply(500, json.dumps(error).encode())
+                    return self.reply(500, json.dumps(error).encode())
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
                 answer = httpx.request(method, proxy.upstream + self.path, content=raw, headers=headers)
-                self._reply(answer.status_code, answer.content)
+                self.reply(answer.status_code, answer.content)
 
             def do_GET(self) -> None:
                 self._pass("GET")

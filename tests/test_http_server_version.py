@@ -12,7 +12,7 @@ from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import SoatClient
 from rqsweep.backends.http.mapping import SearchScope
 from rqsweep.backends.http.probe import probe
-from tests.http_support import Loopback
+from tests.http_support import Loopback, QuietHandler
 
 TOKEN = "sk_test-token-Qq7"
 
@@ -22,36 +22,26 @@ def _fake_soat(mcp: tuple[int, str, bytes] | None) -> type[BaseHTTPRequestHandle
     answers `mcp` (status, content type, body), or 404 when None. The MCP route takes the bearer token and
     insists on being told that both JSON and event streams are accepted, as the MCP SDK does."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    class Handler(QuietHandler):
         initialize_seen: list[dict] = []
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def _reply(self, status: int, kind: str, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def do_GET(self) -> None:
-            self._reply(200, "application/json", b'{"status": "ok"}')
+            self.reply(200, b'{"status": "ok"}')
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
             if self.path == "/api/v1/knowledge/search":
-                return self._reply(200, "application/json", b'{"results": []}')
+                return self.reply(200, b'{"results": []}')
             if self.path != "/mcp" or mcp is None:
-                return self._reply(404, "application/json", b'{"error": {"code": "NOT_FOUND", "message": "no"}}')
+                return self.reply(404, b'{"error": {"code": "NOT_FOUND", "message": "no"}}')
             accept = self.headers.get("Accept", "")
             if "application/json" not in accept or "text/event-stream" not in accept:
-                return self._reply(406, "application/json", b'{"jsonrpc": "2.0", "error": {"code": -32000}}')
+                return self.reply(406, b'{"jsonrpc": "2.0", "error": {"code": -32000}}')
             if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                return self._reply(401, "application/json", b'{"error": {"code": "UNAUTHORIZED", "message": "no"}}')
+                return self.reply(401, b'{"error": {"code": "UNAUTHORIZED", "message": "no"}}')
             Handler.initialize_seen.append(body)
-            self._reply(*mcp)
+            status, kind, data = mcp
+            self.reply(status, data, kind)
 
     return Handler
 
