@@ -3,6 +3,8 @@ under a worker (its heartbeat missed) costs one line, not the worker."""
 
 from __future__ import annotations
 
+import re
+
 import optuna
 import pytest
 
@@ -69,6 +71,9 @@ def test_a_trial_failed_under_its_worker_costs_one_line_and_the_worker_carries_o
     said = [line for line in err.splitlines() if "failed under this worker" in line]
     assert len(said) == len(failed), err
     assert all(f"trial {n} " in line for n, line in zip(failed, said))
+    # Its progress counts toward the coordinator's budget (8), never past it ("51/40 settings").
+    shown = [tuple(map(int, m)) for m in re.findall(r"mini worker: (\d+)/(\d+) settings", err)]
+    assert shown and all(total == 8 and done <= 8 for done, total in shown) and shown[-1][0] == 8, err
     trials = {t.number: t for t in study.get_trials()}
     assert all(trials[n].state == optuna.trial.TrialState.FAIL for n in failed)
     assert len(_distinct(study)) == 8
