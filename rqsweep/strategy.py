@@ -12,6 +12,7 @@ import time
 import warnings
 import zlib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Callable, Sequence
 
 import numpy as np
@@ -20,7 +21,7 @@ import optuna
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
 from rqsweep.space import coarse_grid, countable, suggest
-from rqsweep.study import MAX_RETRIES, StudyStorage
+from rqsweep.study import GRACE_SECONDS, MAX_RETRIES, StudyStorage
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
 
@@ -85,15 +86,18 @@ def _claims(trials: Sequence[optuna.trial.FrozenTrial], baseline_id: str) -> lis
     (order, trial number, setting id or None while not known).
 
     A trial asked again after its worker died (a retry) takes its original's place, and a failed trial whose retry
-    is not yet asked keeps it; repeats, declined trials, the baseline and trials failed for good hold none."""
+    is not yet asked keeps it for `GRACE_SECONDS` (the worker that failed it asks it again at once, unless it died
+    in between); repeats, declined trials, the baseline and trials failed for good hold none."""
     retried = {history[-1] for t in trials if (history := t.system_attrs.get("retry_history"))}
+    now = datetime.now()
     out = []
     for t in trials:
         attrs = t.user_attrs
         if attrs.get("repeat") or attrs.get(DECLINED) or attrs.get("setting_id") == baseline_id:
             continue
         if t.state == optuna.trial.TrialState.FAIL and (
-                t.number in retried or len(t.system_attrs.get("retry_history", ())) >= MAX_RETRIES):
+                t.number in retried or len(t.system_attrs.get("retry_history", ())) >= MAX_RETRIES
+                or t.datetime_complete is None or (now - t.datetime_complete).total_seconds() >= GRACE_SECONDS):
             continue
         out.append((t.system_attrs.get("failed_trial", t.number), t.number, attrs.get("setting_id")))
     return sorted(out)
@@ -211,13 +215,17 @@ def _optimise(sweep, baseline, score, storage, objective, progress, log, annotat
         progress(len(counted) - before)
         # Settings held by trials still running (anyone's) count against the budget, so that workers never
         # evaluate more distinct settings than it, however their asks interleave.
-        free = budget - _within(_claims(trials, baseline.id), budget)[1]
+        claims = _claims(trials, baseline.id)
+        free = budget - _within(claims, budget)[1]
         waiting = sum(t.state == optuna.trial.TrialState.WAITING for t in trials)
         if deadline is not None and time.monotonic() >= deadline:
             break
         if free <= 0 and not waiting:
-            # Another worker's trial may yet fail and come back to be retried: wait for it, lose no trial.
-            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+            # A trial running may yet fail and come back to be retried, and one just failed is about to: wait for
+            # them, lose no trial.
+            failed = {t.number for t in trials if t.state == optuna.trial.TrialState.FAIL}
+            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials) and \
+                    not any(number in failed for _, number, _ in claims):
                 break
             time.sleep(storage.heartbeat_seconds)
             continue

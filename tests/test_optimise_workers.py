@@ -50,16 +50,24 @@ def _distinct(trials) -> set[str]:
 
 
 def _holds_a_trial(storage, study_name: str, proc: subprocess.Popen):
-    """A predicate for `_wait`: the running trials that `proc` holds."""
+    """A predicate for `_wait`: the running trials that `proc` has held for a fifth of a second at least, so is
+    evaluating (a trial that raced past the budget is declined within milliseconds of being asked)."""
     holder = f"{socket.gethostname()}:{proc.pid}"
+    seen: dict[int, float] = {}
 
     def mid_trial():
         try:
             trials = optuna.load_study(study_name=study_name, storage=storage).get_trials()
         except KeyError:  # not created yet
             return []
-        return [t.number for t in trials
-                if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("worker") == holder]
+        now = time.monotonic()
+        held = {t.number for t in trials
+                if t.state == optuna.trial.TrialState.RUNNING and t.user_attrs.get("worker") == holder}
+        for number in set(seen) - held:
+            del seen[number]
+        for number in held:
+            seen.setdefault(number, now)
+        return sorted(n for n, since in seen.items() if now - since >= 0.2)
 
     return mid_trial
 
