@@ -211,11 +211,13 @@ def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | No
 
 
 def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: dict[str, str] | None = None,
-                         rows_per_group: int = 1 << 20) -> None:
+                         rows_per_group: int = 1 << 20, statistics: bool | list[str] = True) -> None:
     """Write a Parquet file atomically from frames made one at a time, so that the whole table is never in memory.
 
     Frames (at least one, all of one schema) are gathered into row groups of at least `rows_per_group` rows
     (the last may be smaller) and a frame is never split: a reader of one row group gets whole frames.
+    `statistics`: the columns whose row groups get min/max statistics (all when True), which let a filtered
+    read skip row groups; the data, schema and metadata do not depend on it.
     """
     with _atomic(path) as tmp:
         writer: pq.ParquetWriter | None = None
@@ -226,7 +228,7 @@ def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: d
             nonlocal writer, pending, held
             table = _arrow(pl.concat(pending), metadata)
             if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema)
+                writer = pq.ParquetWriter(tmp, table.schema, write_statistics=statistics)
             else:
                 table = table.cast(writer.schema)
             writer.write_table(table, row_group_size=max(table.num_rows, 1))
