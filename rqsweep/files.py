@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import secrets
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -219,20 +220,25 @@ def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: d
     `statistics`: the columns whose row groups get min/max statistics (all when True), which let a filtered
     read skip row groups; the data, schema and metadata do not depend on it.
     """
-    with _atomic(path) as tmp:
+    # pyarrow writes a row group on a thread (it releases the GIL) while the next frames are made: at most one
+    # row group is written while the next is gathered.
+    with _atomic(path) as tmp, ThreadPoolExecutor(1) as background:
         writer: pq.ParquetWriter | None = None
+        writing: Future | None = None
         pending: list[pl.DataFrame] = []
         held = 0
 
         def flush() -> None:
-            nonlocal writer, pending, held
+            nonlocal writer, writing, pending, held
             table = _arrow(pl.concat(pending), metadata)
+            pending, held = [], 0
             if writer is None:
                 writer = pq.ParquetWriter(tmp, table.schema, write_statistics=statistics)
             else:
                 table = table.cast(writer.schema)
-            writer.write_table(table, row_group_size=max(table.num_rows, 1))
-            pending, held = [], 0
+            if writing is not None:
+                writing.result()
+            writing = background.submit(writer.write_table, table, row_group_size=max(table.num_rows, 1))
 
         try:
             for frame in frames:
@@ -244,6 +250,9 @@ def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: d
                 flush()
             if writer is None:
                 raise ValueError(f"no rows to write to {path}")
+            writing.result()
         finally:
+            if writing is not None:
+                wait([writing])  # the writer is closed only once its row group is written
             if writer is not None:
                 writer.close()

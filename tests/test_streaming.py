@@ -4,6 +4,7 @@ superseded, scored and aggregated in one go. Outputs must be equal bit for bit."
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import polars as pl
 import pytest
@@ -137,3 +138,37 @@ def test_a_part_never_splits_a_frame_across_row_groups(tmp_path):
                                   for i in range(pq.ParquetFile(tmp_path / "t.parquet").num_row_groups))]
     assert sizes == [8, 9]  # 3+5 reach 6, then 2+7; no frame is cut
     assert pl.read_parquet(tmp_path / "t.parquet")["a"].to_list() == [x for f in frames for x in f["a"].to_list()]
+
+
+def test_a_source_failing_after_row_groups_were_handed_to_the_writer_leaves_no_file(tmp_path):
+    def frames():
+        for n in range(4):
+            yield pl.DataFrame({"a": list(range(n * 10, n * 10 + 10))})
+        raise RuntimeError("scoring failed")
+
+    with pytest.raises(RuntimeError, match="scoring failed"):
+        write_parquet_groups(tmp_path / "t.parquet", frames(), rows_per_group=10)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_row_group_unlike_the_first_is_the_callers_error_and_leaves_no_file(tmp_path):
+    # The second row group cannot be cast to the first's schema while the first is still being written.
+    frames = [pl.DataFrame({"a": list(range(200_000))}), pl.DataFrame({"a": ["x", "y"]})]
+    with pytest.raises(pa.ArrowInvalid, match="as a scalar of type int64"):
+        write_parquet_groups(tmp_path / "t.parquet", iter(frames), rows_per_group=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_queries_parquet_keeps_statistics_only_for_the_columns_its_readers_filter_on(tmp_path):
+    from rqsweep.runfolder.tables import QUERY_STATISTICS, write_queries
+
+    frame = pl.DataFrame({"setting_id": ["s1", "s2"], "query_id": ["q1", "q2"], "query": ["a text", "b text"],
+                          "positions": [[1, 2], [3]], "error": [None, "timeout"]})
+    path = write_queries(tmp_path, [frame.head(1), frame.tail(1)], {"rqsweep.test": "1"})
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    with_statistics = {group.column(i).path_in_schema for i in range(group.num_columns)
+                       if group.column(i).is_stats_set}
+    assert with_statistics == set(QUERY_STATISTICS)
+    assert pl.read_parquet(path).equals(frame)
+    # A read filtered on setting_id still finds its rows.
+    assert pl.scan_parquet(path).filter(pl.col("setting_id") == "s2").collect().equals(frame.tail(1))
