@@ -49,6 +49,7 @@ VOCABULARY = 20_000
 DOCUMENT_WORDS = 120  # at most 7 characters each: a document stays under the 1,000-character chunk
 TOPIC_SIZE = 5  # documents sharing a topic token: the lexical list (limit 10) always holds the expected one
 GiB = 1 << 30
+PHASES = ("prepare", "evaluate", "score", "report")  # run.json's timings, which add up to its total
 
 # Priors until a cell is measured (2-core development machine, the job at 68fab31 on the handbook and the
 # engine benchmark): index build per chunk, candidates per (query x chunk) in both tie orders, per cell.
@@ -294,6 +295,7 @@ def measure(cell: Cell, inputs: Inputs, tree: Path, budget: float, max_rss: floa
     figures["rss_evaluated"] = max((r for t, r in figures.pop("samples") if t <= evaluated), default=0)
     cell.figures = {"wall": wall, **figures, "prepare": timings.get("prepare", float("nan")),
                     "evaluate": timings.get("evaluate", float("nan")), "total": timings.get("total", float("nan")),
+                    "phases": {phase: timings.get(phase, float("nan")) for phase in PHASES},
                     "settings_run": info.get("settings"), "baseline_found": reached, **sizes}
     shutil.rmtree(out, ignore_errors=True)
 
@@ -337,6 +339,22 @@ def table(cells: list[Cell]) -> str:
                         f"{size(f['grid.parquet'])} | {size(f['queries.parquet'])} | "
                         f"{f['queries.parquet'] / c.cells:.1f} B | {size(f['hits.parquet'])} | {size(f['state'])} | "
                         f"{size(f['report'])} |")
+    return "\n".join(rows)
+
+
+def phase_table(cells: list[Cell]) -> str:
+    """run.json's phases per measured cell, each with its share of the job's total; the run's end is score (the
+    state scored, queries.parquet, cross-validation, the other tables) plus report."""
+    head = "| chunks | settings | queries | total | " + " | ".join(PHASES) + " | the run's end (score + report) |"
+    rows = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for c in sorted(cells, key=lambda c: (c.chunks, c.queries, c.settings)):
+        if c.outcome:
+            continue
+        f, total = c.figures["phases"], c.figures["total"]
+        end = f["score"] + f["report"]
+        rows.append(f"| {c.chunks:,} | {c.settings:,} | {c.queries:,} | {seconds(total)} | "
+                    + " | ".join(f"{seconds(f[p])} ({f[p] / total:.0%})" for p in PHASES)
+                    + f" | {seconds(end)} ({end / total:.0%}) |")
     return "\n".join(rows)
 
 
@@ -429,6 +447,7 @@ def main() -> None:
     print(f"rqsweep job at {rev}; embedded backend, feature hash 1024, limit 10, workers 1, per-query output on; "
           f"load average at the end {machine:.1f}, {os.cpu_count()} cores")
     print(table(cells))
+    print("\nPhases (run.json's timings, wall seconds, share of its total):\n" + phase_table(cells))
     found = [c.figures["baseline_found"] for c in cells if not c.outcome and c.figures["baseline_found"] is not None]
     if found:
         print(f"\nExpected item within the top 10 at SOAT's defaults: {min(found):.1%} to {max(found):.1%} of "
