@@ -11,7 +11,8 @@ x half-life, SOAT's defaults included). Then each cell runs the real job, `.venv
 (embedded backend, per-query output written), in a subprocess, and records its wall and CPU time, its peak RSS
 (the child's own `ru_maxrss`) and the largest RSS sampled (every 0.2 s) up to the end of its evaluation,
 run.json's timings (prepare = inputs, index and candidates; evaluate = the sweep's searches and state writes;
-the rest is scoring, cross-validation, outputs and the report) and the sizes of what it wrote. Cells run smallest estimate first; a cell whose estimated time exceeds `--budget` or whose
+the rest is the run's end: score = scoring, cross-validation, outputs; and report), each phase's share of
+run.json's total (a second table), and the sizes of what it wrote. Cells run smallest estimate first; a cell whose estimated time exceeds `--budget` or whose
 estimated peak RSS exceeds `--max-rss` is skipped and printed with its estimate, and a running cell passing
 either bound is stopped. Estimates scale the largest cell measured so far (per (setting x query) cell) and the
 corpus cost (per chunk and per query-chunk) by its measured prepare time.
