@@ -256,3 +256,14 @@ def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: d
                 wait([writing])  # the writer is closed only once its row group is written
             if writer is not None:
                 writer.close()
+
+
+ROWS_PER_PASS = 1_000_000
+
+
+def in_passes(frame: pl.LazyFrame, *columns: str) -> Iterator[pl.DataFrame]:
+    """`frame`'s `columns`, ROWS_PER_PASS rows at a time: what is aggregated pass by pass holds one pass's rows,
+    where label health's whole scan of queries.parquet at 100,000 settings held every row's strings at once
+    (1.7 GB). An empty frame is one empty pass."""
+    for start in range(0, max(frame.select(pl.len()).collect().item(), 1), ROWS_PER_PASS):
+        yield frame.slice(start, ROWS_PER_PASS).select(*columns).collect()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from rqsweep import job
+from rqsweep import files, job
 from rqsweep.report.label_health import label_health
 from rqsweep.runfolder import LABEL_HEALTH
 from tests.minijob import write_job
@@ -30,7 +30,7 @@ def ranked(lists: dict[tuple[str, str], list[tuple[str, int | None, int | None]]
     return pl.DataFrame(rows, schema_overrides={"vector": pl.Int64, "lexical": pl.Int64, "error": pl.String})
 
 
-def test_label_health_finds_the_planted_cases_and_not_their_near_misses():
+def test_label_health_finds_the_planted_cases_and_not_their_near_misses(monkeypatch):
     everywhere = lambda r: {B: r, C: r, O: r}  # noqa: E731
     queries = per_query({
         "a-unmoved": everywhere(2),
@@ -50,6 +50,9 @@ def test_label_health_finds_the_planted_cases_and_not_their_near_misses():
         (C, "a-moved"): [("doc-once", 1, 1), ("key-a-moved", 2, 2)],
     })
     found = label_health(queries, lists, B, C)
+    # Read a few rows per pass, so that every query's rows straddle passes: the findings are the same.
+    monkeypatch.setattr(files, "ROWS_PER_PASS", 2)
+    assert label_health(queries, lists, B, C).equals(found)
     by_kind = {k: sorted(found.filter(pl.col("kind") == k)["query_id"]) for k in found["kind"].unique()}
     assert by_kind == {"never_found": ["a-never"], "unmoved": ["a-failed-once", "a-unmoved"],
                        "tie_sensitive": ["b-tie"], "suspect_unlabelled": ["b-suspect"]}
