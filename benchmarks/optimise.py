@@ -78,8 +78,7 @@ def floor(searched: Sweep, folder: Path) -> tuple[float, int]:
     """Optuna's floor for a finished search: the same sweep, sampler, storage and attributes, each value looked up
     instead of evaluated. Returns its CPU seconds and its trial count."""
     config = searched.config
-    values = {t.user_attrs["setting_id"]: (t.value, list(t.constraints.items())) for t in trials_of(searched)
-              if not t.user_attrs["repeat"]}  # a repeat is a failed trial, with neither value nor constraint
+    values = {t.user_attrs["setting_id"]: (t.value, list(t.constraints.items())) for t in trials_of(searched)}
     values[searched.baseline_id] = searched.score([config.baseline])[0]
     identity = StudyIdentity("floor", "objective", {})
     started = time.process_time()
