@@ -34,23 +34,25 @@ SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query":
 
 def _by_query(queries: pl.LazyFrame, baseline: str, chosen: str) -> tuple[pl.DataFrame, int]:
     """Per query, what every setting's row says of it, and the number of settings. The table is read a pass at
-    a time, keeping what adds up exactly across slices (distinct ranks, maxima, counts); a query's text, slice and
+    a time, keeping what adds up exactly across passes (distinct ranks, maxima, counts); a query's text, slice and
     labels are the same at every setting, so they come from the baseline's rows. (Aggregated whole, 100,000
     settings x 165 queries held 1.7 GB.)"""
     ok = pl.col("error").is_null()
-    counts, ranks, settings = [], [], []
+    counts, ranks, settings, marked = [], [], [], []
     for rows in in_passes(queries, "setting_id", "query_id", "rank", "error", "tie_sensitive"):
         counts.append(rows.group_by("query_id").agg(
             pl.col("rank").filter(ok).max().alias("max_rank"), ok.sum().alias("settings"),
             pl.col("tie_sensitive").sum().alias("tie_settings")))
         ranks.append(rows.filter(ok).select("query_id", "rank").unique())
         settings.append(rows.select(pl.col("setting_id").unique()))
+        marked.append(rows.filter(pl.col("setting_id").is_in([baseline, chosen])))
     distinct = pl.concat(ranks).unique().group_by("query_id").agg(pl.len().alias("ranks")).lazy()
     summed = pl.concat(counts).group_by("query_id").agg(
         pl.col("max_rank").max(), pl.col("settings").sum(), pl.col("tie_settings").sum()).lazy()
+    marks = pl.concat(marked).lazy()
 
     def tie_at(setting: str, name: str) -> pl.LazyFrame:
-        return (queries.filter(pl.col("setting_id") == setting).group_by("query_id")
+        return (marks.filter(pl.col("setting_id") == setting).group_by("query_id")
                 .agg(pl.col("tie_sensitive").any().alias(name)))
 
     about = (queries.filter(pl.col("setting_id") == baseline).select("query_id", "slice", "query", "expected")
