@@ -195,6 +195,53 @@ def r_precision(judged: Judged) -> np.ndarray:
     return _count(_within(judged.relevant, n[:, None])) / np.maximum(n, 1)
 
 
+def binary_scores(positions: np.ndarray, n_expected: np.ndarray,
+                  names: Sequence[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`first_relevant_rank` and each metric of `names` as the registry gives them from `Judged.binary`, every
+    expected item graded 1, in a pass or two per metric over the positions in their own integer dtype.
+
+    positions: (..., keys), 0 for absent and for padding: a key at or past its row's `n_expected` must be 0, as
+    `padded_positions` and the fast path leave them. n_expected broadcasts to positions.shape[:-1], and so do the
+    results. recall@k, precision@k, hit@k and MRR come from each row's count within k and its first slot; any
+    other metric goes through the registry. tests/test_metrics.py ties every value to the registry bit for bit.
+    """
+    shape = positions.shape[:-1]
+    # Less one, as unsigned: an absent item (0) comes after every position.
+    shifted = (positions - positions.dtype.type(1)).view(f"u{positions.dtype.itemsize}")
+    columns = [shifted[..., key] for key in range(positions.shape[-1])]
+    first = columns[0].copy() if columns else np.full(shape, np.iinfo(shifted.dtype).max, shifted.dtype)
+    for column in columns[1:]:
+        np.minimum(first, column, out=first)
+    rank = (first + first.dtype.type(1)).view(positions.dtype)  # none found (the largest) wraps round to 0
+    counts: dict[int, np.ndarray] = {}
+
+    def within(k: int) -> np.ndarray:
+        if k not in counts:
+            counts[k] = np.zeros(shape, np.min_scalar_type(len(columns)))
+            for column in columns:
+                np.add(counts[k], column < k, out=counts[k])
+        return counts[k]
+
+    n_relevant = np.maximum(np.clip(np.asarray(n_expected, np.int64), 0, len(columns)), 1)
+    fused = {"recall": lambda k: within(k) / n_relevant, "precision": lambda k: within(k) / k,
+             "hit": lambda k: (first < k).astype(np.float64)}
+    out: dict[str, np.ndarray] = {}
+    judged = None
+    for name in names:
+        get(name)  # the registry's KeyError for an unknown name or cut-off
+        match = _FAMILY_NAME.fullmatch(name)
+        if name == "mrr":
+            out[name] = np.divide(1.0, rank, out=np.zeros(shape), where=rank > 0)
+        elif match and match.group(1) in fused:
+            out[name] = fused[match.group(1)](int(match.group(2)))
+        else:
+            if judged is None:
+                judged = Judged.binary(positions.reshape(-1, positions.shape[-1]),
+                                       np.broadcast_to(n_expected, shape).ravel())
+            out[name] = get(name).per_query(judged).reshape(shape)
+    return rank, out
+
+
 def definitions(names: Sequence[str], level: int = 1) -> dict[str, str]:
     """What each metric of a run means, for the Parquet metadata and the report."""
     out = {"relevant": f"an expected item graded {level} or more (the relevance level; items without a grade have "
@@ -230,7 +277,7 @@ def score_queries(outcomes: pl.DataFrame, names: Sequence[str], grades: Mapping[
     positions (the golden set's); None grades every item 1."""
     positions, n_expected = padded_positions(outcomes["positions"])
     if grades is None:
-        judged = Judged.binary(positions, n_expected)
+        rank, values = binary_scores(positions, n_expected, names)
     else:
         ids = list(grades)
         table = pl.Series([list(grades[i]) for i in ids], dtype=pl.List(pl.Int64))
@@ -239,9 +286,10 @@ def score_queries(outcomes: pl.DataFrame, names: Sequence[str], grades: Mapping[
         padded = np.zeros(positions.shape, np.int64)
         padded[:, :min(matrix.shape[1], padded.shape[1])] = matrix[:, :padded.shape[1]]
         judged = Judged(positions, padded, level)
+        rank, values = first_relevant_rank(judged.relevant), {m: get(m).per_query(judged) for m in names}
     failed = outcomes["error"].is_not_null().to_numpy()
-    columns = {"rank": pl.Series("rank", first_relevant_rank(judged.relevant), pl.Int64)}
-    columns.update({m: pl.Series(m, get(m).per_query(judged), pl.Float64) for m in names})
+    columns = {"rank": pl.Series("rank", rank, pl.Int64)}
+    columns.update({m: pl.Series(m, values[m], pl.Float64) for m in names})
     mask = pl.Series(failed)
     return outcomes.with_columns(pl.when(mask).then(None).otherwise(s).alias(s.name) for s in columns.values())
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep import metrics
 
@@ -121,3 +122,67 @@ def test_score_queries_joins_the_grades_by_query_id():
     assert scored["mrr"].to_list() == [0.5, 0.25, None]
     ideal = 2 + 1 / math.log2(3)
     assert scored["ndcg_at_10"].to_list()[0] == pytest.approx((1 + 2 / math.log2(3)) / ideal)
+
+
+# binary_scores (the fast path's metrics) against the registry: same values to the last bit.
+FUSED_NAMES = ("recall_at_1", "recall_at_5", "recall_at_10", "precision_at_3", "hit_at_2", "hit_at_10", "mrr",
+               "ndcg_at_5", "r_precision")  # the last two through the registry
+
+
+@st.composite
+def padded_rows(draw):
+    """(rows, keys) positions, duplicates and ties included, 0 for absent and for the padding past n_expected."""
+    rows, keys = draw(st.integers(1, 12)), draw(st.integers(1, 4))
+    top = draw(st.sampled_from([3, 10, 100]))
+    n_expected = np.array(draw(st.lists(st.integers(0, keys), min_size=rows, max_size=rows)))
+    positions = np.array(draw(st.lists(st.lists(st.integers(0, top), min_size=keys, max_size=keys),
+                                       min_size=rows, max_size=rows)))
+    positions[np.arange(keys)[None, :] >= n_expected[:, None]] = 0
+    return positions, n_expected
+
+
+@given(padded_rows(), st.sampled_from([np.uint8, np.int16, np.int64]))
+@hsettings(max_examples=200, deadline=None)
+def test_binary_scores_equal_the_registry_bit_for_bit(case, dtype):
+    positions, n_expected = case
+    judged = metrics.Judged.binary(positions, n_expected)
+    rank, values = metrics.binary_scores(positions.astype(dtype), n_expected, FUSED_NAMES)
+    assert rank.tolist() == metrics.first_relevant_rank(judged.relevant).tolist()
+    for name in FUSED_NAMES:
+        want = metrics.get(name).per_query(judged)
+        assert values[name].dtype == np.float64 and values[name].tobytes() == want.tobytes(), name
+
+
+@given(padded_rows(), st.integers(1, 3))
+@hsettings(max_examples=50, deadline=None)
+def test_binary_scores_broadcast_n_expected_over_settings(case, n_settings):
+    positions, n_expected = case
+    stacked = np.stack([np.roll(positions, s, axis=1) * (positions > 0) for s in range(n_settings)]).astype(np.uint8)
+    rank, values = metrics.binary_scores(stacked, n_expected, FUSED_NAMES)
+    for s in range(n_settings):
+        judged = metrics.Judged.binary(stacked[s].astype(np.int64), n_expected)
+        assert rank[s].tolist() == metrics.first_relevant_rank(judged.relevant).tolist()
+        for name in FUSED_NAMES:
+            assert values[name][s].tobytes() == metrics.get(name).per_query(judged).tobytes(), name
+
+
+def test_binary_scores_refuse_what_the_registry_refuses():
+    with pytest.raises(KeyError):
+        metrics.binary_scores(POSITIONS, N_EXPECTED, ["recall_at_101"])
+
+
+@given(padded_rows(), st.lists(st.booleans(), min_size=12, max_size=12))
+@hsettings(max_examples=100, deadline=None)
+def test_score_queries_without_grades_equals_every_grade_1(case, failed):
+    """The ungraded path (binary_scores) and the graded one (the registry) on the same rows, failed ones among them."""
+    positions, n_expected = case
+    ids = [f"q{r}" for r in range(len(positions))]
+    lists = [[p or None for p in row[:n]] for row, n in zip(positions.tolist(), n_expected.tolist())]
+    outcomes = pl.DataFrame({
+        "setting_id": ["s"] * len(ids), "query_id": ids,
+        "positions": pl.Series([None if f else x for x, f in zip(lists, failed)], dtype=pl.List(pl.Int64)),
+        "error": ["HTTP 503" if f else None for f in failed[:len(ids)]],
+        "tie_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean),
+    })
+    graded = metrics.score_queries(outcomes, FUSED_NAMES, {i: (1,) * n for i, n in zip(ids, n_expected.tolist())})
+    assert metrics.score_queries(outcomes, FUSED_NAMES).equals(graded)
