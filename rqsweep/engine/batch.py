@@ -323,8 +323,9 @@ def _contest(stack: PlanStack, kept: np.ndarray, blend: bool) -> _Contest:
                     stack.l_pos[row, column], wins_tie[row, column], bounds)
 
 
-def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.ndarray:
-    """(rows, rrf_k values) 1-based position of each row's target in its query's order, 0 when absent."""
+def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray, limit: int) -> np.ndarray:
+    """(rows, rrf_k values) uint8 1-based position of each row's target in its query's order, 0 when absent or
+    past `limit`."""
     positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
     # (position, rrf_k) so that gathering positions copies whole rows.
     reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
@@ -335,12 +336,17 @@ def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray) -> np.n
     ahead = np.zeros((len(contest.row) + 1, len(rrf_k)), np.int32)
     np.cumsum(reciprocal[contest.v_pos] + reciprocal[contest.l_pos] > bars[2 * contest.row + contest.wins_tie],
               axis=0, out=ahead[1:])
-    won = ahead[contest.bounds[1:]] - ahead[contest.bounds[:-1]]
-    return np.where(contest.present[:, None], contest.always_ahead[:, None] + won + 1, 0)
+    rank = contest.always_ahead[:, None] + (ahead[contest.bounds[1:]] - ahead[contest.bounds[:-1]]) + 1
+    return _cut(rank, contest.present[:, None], limit)
+
+
+def _cut(rank: np.ndarray, present: np.ndarray, limit: int) -> np.ndarray:
+    """`rank` where the target is present and within `limit` (at most 100: SOAT's cap), else 0, as uint8."""
+    return np.where(present & (rank <= limit), rank, 0).astype(np.uint8)
 
 
 def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> np.ndarray:
-    """(settings, queries, width) int64: `expected_positions` of every stacked query, keys padded with 0.
+    """(settings, queries, width) uint8: `expected_positions` of every stacked query, keys padded with 0.
 
     Each distinct (blend on, floor, rrf_k) is ranked once over every query at once. Where the blend changes
     scores (half-life > 0 and a decayed memory older than 0 days among the query's candidates), the query's
@@ -353,16 +359,16 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     codes, code_of = np.unique(groups + settings.k_index, return_inverse=True)
     kept_by_floor = (stack.v_similarity[None] >= floors[:, None, None]).sum(axis=-1)  # (floors, queries)
     n_queries = len(stack.plans)
-    found = np.zeros((len(codes), n_queries * stack.width), np.int64)
+    found = np.zeros((len(codes), n_queries * stack.width), np.uint8)
     for group in np.unique(codes // n_ks).tolist():
         contest = _contest(stack, kept_by_floor[group % len(floors)], group >= len(floors))
         in_group = np.flatnonzero(codes // n_ks == group)
         step = max(1, (1 << 20) // max(1, len(contest.row), len(stack.item)))  # bounded work arrays
         for start in range(0, len(in_group), step):
             part = in_group[start : start + step]
-            rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[codes[part] % n_ks])
+            rank = _fused_ranks(stack, contest, settings.distinct_rrf_k[codes[part] % n_ks], limit)
             if len(stack.key_starts):
-                found[np.ix_(part, stack.key_slots)] = _first_slots(stack, rank[stack.member_rows], limit).T
+                found[np.ix_(part, stack.key_slots)] = _first_slots(stack, rank[stack.member_rows]).T
     out = found[code_of.ravel()]
     blended = np.flatnonzero(blend)
     if len(blended) and stack.aged.any():
@@ -371,20 +377,19 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     return out.reshape(len(settings), n_queries, stack.width)
 
 
-def _first_slots(stack: PlanStack, member_rank: np.ndarray, limit: int) -> np.ndarray:
-    """(keys, ...) each stacked key's first slot within `limit`, 0 when none, from `member_rank`: the positions of
-    `stack.member_rows` (0 when absent) along axis 0."""
-    # Less one, as unsigned: an absent row (-1) comes after every position.
-    shifted = (member_rank.astype(np.int64, copy=False) - 1).view(np.uint64)
+def _first_slots(stack: PlanStack, member_rank: np.ndarray) -> np.ndarray:
+    """(keys, ...) uint8 each stacked key's first slot, 0 when none, from `member_rank`: the uint8 positions of
+    `stack.member_rows` (0 when absent or past the limit) along axis 0."""
+    # Less one, wrapping: an absent row (255) comes after every position.
+    shifted = member_rank - np.uint8(1)
     runs = np.diff(stack.key_starts, append=len(shifted))
     first = shifted if len(runs) == len(shifted) else shifted[stack.key_starts]  # every key one member: as it is
     # Most keys have one member: a pass per depth over the longer keys, where reduceat costs a pass per key.
     for depth in range(1, runs.max(initial=1)):
         longer = np.flatnonzero(runs > depth)
         first[longer] = np.minimum(first[longer], shifted[stack.key_starts[longer] + depth])
-    first += np.uint64(1)  # absent wraps round to 0
-    first[first > limit] = 0
-    return first.view(np.int64)
+    first += np.uint8(1)  # absent wraps round to 0
+    return first
 
 
 def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -432,7 +437,7 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
                              np.concatenate([target_decayed, contest_decayed]), hs)
     target_factors, contest_factors = factors[:, : len(unit)], factors[:, len(unit) :]
     target_present = present[each, item]
-    unit_rank = np.zeros((len(pairs), len(units) + 1), np.int64)  # the last, never ranked, for other queries' rows
+    unit_rank = np.zeros((len(pairs), len(units) + 1), np.uint8)  # the last, never ranked, for other queries' rows
     step = max(1, (1 << 16) // max(1, len(unit), len(units)))  # work arrays that stay in cache
     won = np.zeros((min(step, len(pairs)), len(unit) + 1), np.int32)
     for start in range(0, len(pairs), step):
@@ -442,13 +447,14 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
         score = contest_fused[k_of] * contest_factors[h_of]
         np.cumsum((score > target) | ((score == target) & contest_wins[k_of]), axis=1, out=won[:len(part), 1:])
         counts = won[:len(part), bounds[1:]] - won[:len(part), bounds[:-1]]
-        unit_rank[start:start + step, :-1] = np.where(target_present, ahead + counts + 1, 0)
+        unit_rank[start:start + step, :-1] = _cut(ahead + counts + 1, target_present, limit)
     if not len(stack.key_starts):
-        return stack.key_slots, np.zeros((0, len(settings)), np.int64)
-    row_unit = np.full((len(stack.item), len(floors)), len(units))  # each row's unit under each floor
+        return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
+    # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
+    row_unit = np.full((len(stack.item), len(floors)), len(units), np.int32)  # each row's unit under each floor
     row_unit[rows] = unit_of.T
-    at = row_unit[stack.member_rows][:, floor_index.ravel()] + pair_of.ravel() * (len(units) + 1)  # C order: fast
-    first = _first_slots(stack, unit_rank.ravel()[at], limit)  # (keys, settings)
+    at = row_unit[stack.member_rows][:, floor_index.ravel()] + (pair_of.ravel() * (len(units) + 1)).astype(np.int32)
+    first = _first_slots(stack, unit_rank.ravel()[at])  # (keys, settings); C order: fast
     aged = stack.aged[stack.key_slots // stack.width]
     return stack.key_slots[aged], first[aged]
 
