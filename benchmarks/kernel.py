@@ -7,8 +7,9 @@ The kernel (benchmarks/kernel_side.py, numba) lives in the benchmark only and ru
 (benchmarks/.ranx-env/, created by benchmarks/versus_ranx.py's `ranx_python` when missing: ranx brings numba),
 never in the project's .venv or lock. Both sides read one file of the same query plans and settings and run
 in fresh one-thread processes, alternating round by round. The fast path's pass is the whole of it:
-`stack_plans`, `stacked_positions`, then recall@5, recall@10 and MRR per (setting, query) through the
-metrics registry. The kernel's pass is the same from the plans' flat arrays (flattening them is Python
+`stack_plans`, `stacked_positions`, then recall@5, recall@10 and MRR per (setting, query) by
+`metrics.binary_scores` (what `score_queries` computes them with for an ungraded golden set, tied bit for bit
+to the registry by tests/test_metrics.py). Both sides write uint8 positions. The kernel's pass is the same from the plans' flat arrays (flattening them is Python
 work outside its pass, so the ratio does not flatter the fast path). Times are CPU seconds (`process_time`)
 of each process: the median of `--timings` timings of at least `--min-seconds`, then the median over rounds.
 Cold start: the kernel's first call in a fresh process with numba's cache off compiles it; that first call is
@@ -96,11 +97,10 @@ def unflatten(data: dict[str, np.ndarray]) -> tuple[list[QueryPlan], SettingsBat
 def fast_path_side(args: argparse.Namespace) -> None:
     """Time the fast path's whole pass over the file's plans (a fresh process started by `main`); one JSON line."""
     plans, batch = unflatten(dict(np.load(args.fast_path_side)))
-    n_expected = np.tile(np.array([len(p.groups) for p in plans]), len(batch))
+    n_expected = np.array([len(p.groups) for p in plans])
 
     def scored(found: np.ndarray) -> list[np.ndarray]:
-        judged = metrics.Judged.binary(found.reshape(len(batch) * len(plans), found.shape[-1]), n_expected)
-        return [metrics.get(m).per_query(judged) for m in METRICS]
+        return list(metrics.binary_scores(found, n_expected, METRICS)[1].values())
 
     def one_pass() -> tuple[np.ndarray, list[np.ndarray]]:
         found = stacked_positions(stack_plans(plans), batch, LIMIT)

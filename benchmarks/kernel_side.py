@@ -166,7 +166,7 @@ def main() -> None:
     data = dict(np.load(args.plans))
     limit = int(data.pop("limit"))
     width = int(data.pop("width"))
-    found = np.zeros((len(data["rrf_k"]), len(data["item_start"]) - 1, width), np.int64)
+    found = np.zeros((len(data["rrf_k"]), len(data["item_start"]) - 1, width), np.uint8)  # as the fast path
     scores = np.zeros(found.shape[:2] + (3,))
     names = ("item_start", "v_pos", "l_pos", "decayed", "age_days", "age_slot", "sim_start", "sims", "key_start",
              "member_start", "members", "aged", "rrf_k", "k_index", "rrf_k_values", "floor", "floor_index", "h_index",
