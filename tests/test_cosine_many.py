@@ -8,6 +8,7 @@ their order and the distances' bits must be the same for every query, tie order 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from rqsweep.engine.channels import vector_channel, vector_channels
 from rqsweep.engine.cosine import cosine_top, cosine_top_many, squared_norms
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.pgsort import TIE_ORDERS
+from rqsweep.engine.quarter_vectors import QuarterVectors
 
 
 def _tied_corpus(rng: np.random.Generator, count: int, dim: int, directions: int, sparse: bool) -> np.ndarray:
@@ -70,14 +72,65 @@ def test_ties_do_decide_the_orders_here() -> None:
     assert sum(_assert_same(matrix, _queries(rng, matrix), limit) for limit in (5, 10, 50)) >= 3
 
 
-def test_feature_hash_channels_equal_the_reference() -> None:
+def _hashed_texts(rng: np.random.Generator, count: int) -> list[str]:
+    """Texts of a small vocabulary, a quarter of them repeated (repeats tie exactly), and an empty one (e0)."""
+    words = [f"w{i}" for i in range(300)] + ["zürich", "Ωμέγα", "日本語"]
+    texts = [" ".join(rng.choice(words, int(rng.integers(1, 40)))) for _ in range(count)] + [""]
+    return texts + [texts[i] for i in rng.integers(0, len(texts), count // 4)]
+
+
+def test_quarter_vectors_give_the_embedders_rows() -> None:
+    # One dimension: every feature lands on it. FNV-1a's parity is that of its odd code units, so features made
+    # of even ones share a sign, and this text's count outgrows a byte mid-way.
+    even = [a + b + c for a in "bdfhjlnpr" for b in "bdfhjlnpr" for c in "bdfhjlnpr"]
+    for dims, extra in ((256, []), (1, [" ".join(even[:300])])):
+        embedder = FeatureHashEmbedder(dims)
+        texts = _hashed_texts(np.random.default_rng(dims), 200) + extra
+        dense = embedder.embed(texts)
+        stored = QuarterVectors.embed(embedder, texts, portion=7)
+        assert stored.counts.dtype == (np.int8 if not extra else np.int16)
+        assert np.asarray(stored).view(np.int32).tolist() == dense.view(np.int32).tolist()
+        rows = np.random.default_rng(1).integers(0, len(texts), 50)
+        assert stored[rows].view(np.int32).tolist() == dense[rows].view(np.int32).tolist()
+        assert squared_norms(stored).view(np.int32).tolist() == squared_norms(dense).view(np.int32).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), count=st.integers(1, 300), dims=st.sampled_from([16, 64, 256, 1024]),
+       limit=st.integers(1, 60), scoped=st.booleans())
+def test_quarter_vectors_equal_the_dense_reference(seed, count, dims, limit, scoped) -> None:
+    # Sparse queries (hashed short texts) read the counts' columns, dense ones their product; both against
+    # `cosine_top` over the float32 rows.
+    rng = np.random.default_rng(seed)
+    embedder = FeatureHashEmbedder(dims)
+    texts = _hashed_texts(rng, count)
+    stored = QuarterVectors.embed(embedder, texts, portion=64)
+    queries = np.vstack([embedder.embed([" ".join(rng.choice(texts[0].split() or ["w1"], 2)), texts[-1], "w7"]),
+                         rng.standard_normal((2, dims)), np.asarray(stored)[rng.integers(0, len(texts), 2)]]
+                        ).astype(np.float32)
+    rows = np.flatnonzero(rng.random(len(texts)) < 0.6) if scoped else None
+    _assert_same(stored, queries, limit, rows)
+
+
+def test_quarter_vector_ties_do_decide_the_orders_here() -> None:
+    rng = np.random.default_rng(8)
+    embedder = FeatureHashEmbedder(256)
+    texts = _hashed_texts(rng, 1500)
+    stored = QuarterVectors.embed(embedder, texts, portion=500)
+    queries = embedder.embed([" ".join(rng.choice(texts[i].split() or ["w1"], 1)) for i in range(40)])
+    assert sum(_assert_same(stored, queries, limit) for limit in (5, 10, 50)) >= 3
+
+
+@pytest.mark.parametrize("store", ["float32", "quarters"])
+def test_feature_hash_channels_equal_the_reference(store) -> None:
     # Duplicate texts tie exactly; queries are sparse (a few hashed features), as in a real run.
     words = [f"w{i}" for i in range(300)]
     rng = np.random.default_rng(3)
     texts = [" ".join(rng.choice(words, 30)) for _ in range(1500)]
     texts += [texts[i] for i in rng.integers(0, len(texts), 500)]
     embedder = FeatureHashEmbedder(256)
-    vectors = np.asfortranarray(embedder.embed(texts))
+    vectors = (np.asfortranarray(embedder.embed(texts)) if store == "float32"
+               else QuarterVectors.embed(embedder, texts, portion=600))
     norms = squared_norms(vectors)
     queries = [" ".join(rng.choice(words, 2)) for _ in range(60)]
     query_vectors = embedder.embed(queries)

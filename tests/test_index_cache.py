@@ -54,8 +54,8 @@ def assert_same_index(a: Index, b: Index) -> None:
     for kind in ("document", "memory"):
         x, y = a.stores[kind], b.stores[kind]
         assert (x.ids, x.keys, x.contents, x.paths) == (y.ids, y.keys, y.contents, y.paths)
-        assert x.vectors.tobytes(order="A") == y.vectors.tobytes(order="A")
-        assert x.vectors.flags.f_contiguous == y.vectors.flags.f_contiguous
+        # A cold build keeps the feature hash's quarter counts, a cached one float32 rows: the same rows.
+        assert np.asarray(x.vectors).tobytes() == np.asarray(y.vectors).tobytes()
         assert x.norms.tobytes() == y.norms.tobytes()
         assert x.lexical._vocab == y.lexical._vocab
         for name in ("_entry_row", "_pos", "_group_entries", "_group_row", "_lex_groups"):

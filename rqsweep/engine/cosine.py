@@ -29,6 +29,7 @@ import numpy as np
 
 from rqsweep.engine.pgsort import (TIE_ORDERS, TieOrder, _heap_entrants, float_ordinals, heap_entrants,
                                    insertion_top_approx, kth_smallest, postgres_top_approx, ties_irrelevant)
+from rqsweep.engine.quarter_vectors import QuarterVectors
 
 _LANES = 8
 _HALF = _LANES // 2
@@ -62,7 +63,7 @@ def cosine_distance(matrix: np.ndarray, query: np.ndarray, *,
 
     `norms`, if given, must be `squared_norms(matrix)`.
     """
-    matrix, query = _as_matrix(matrix), _as_vector(query)
+    matrix, query = _as_matrix(np.asarray(matrix)), _as_vector(query)
     if norms is None:
         norms = squared_norms(matrix)
     dots = _blockwise(matrix, lambda block: _pg_dot(block, query))
@@ -117,7 +118,7 @@ def cosine_top(matrix: np.ndarray, query: np.ndarray, limit: int, *,
     exact pgvector arithmetic. `norms`, if given, must be `squared_norms(matrix)`: it spares a
     pass over the matrix per query. The one-query reference of `cosine_top_many`.
     """
-    matrix, query = _as_matrix(matrix), _as_vector(query)
+    matrix, query = _as_matrix(np.asarray(matrix)), _as_vector(query)
     if tie_order not in TIE_ORDERS:
         raise ValueError(f"unknown tie order {tie_order!r}")
     query_norm = _pg_dot(query[None, :], query)[0]
@@ -146,7 +147,7 @@ def cosine_top_many(matrix: np.ndarray, queries: np.ndarray, limit: int, *, norm
     """Per query, `cosine_top(matrix[rows], query, limit, tie_order=order, norms=norms[rows])` for both tie
     orders, bit for bit (positions are into `rows`, ascending row numbers; default every row).
 
-    `norms` must be `squared_norms(matrix)`. Every estimate of a block of dense queries comes from one float32
+    `matrix` is float32 rows or a `QuarterVectors`; `norms` must be `squared_norms(matrix)`. Every estimate of a block of dense queries comes from one float32
     matrix product; a sparse query (the feature hash's: a few non-zero elements) reads only its own columns,
     fastest from a column-major matrix. The estimate uses pgvector's exact norms, so its bound
     (`similarity_error_bound`) is tight and only the rows that may be among the best `limit + 1` get the
@@ -236,11 +237,17 @@ class _Estimates:
     them, so they get `-inf` and every query computes them exactly.
     """
 
-    def __init__(self, matrix: np.ndarray, positions: np.ndarray, row_norms: np.ndarray):
+    def __init__(self, matrix: np.ndarray | QuarterVectors, positions: np.ndarray, row_norms: np.ndarray):
         self.matrix, self.positions, self.row_norms = matrix, positions, row_norms
         regular = _in_norm_range(row_norms)
         self.outliers = np.flatnonzero(~regular)
-        self.scale = (1.0 / np.sqrt(np.where(regular, row_norms, 1.0).astype(np.float64))).astype(np.float32)
+        # Quarter vectors are estimated from their counts: scaled back per row, and one more rounding per term
+        # (each stored element is its count times the scale, rounded to float32).
+        quarters = isinstance(matrix, QuarterVectors)
+        self.columns = matrix.counts.T if quarters else matrix.T
+        self.stored_rounding = int(quarters)
+        value_scale = matrix.value_scale[positions] if quarters else 1.0
+        self.scale = (value_scale / np.sqrt(np.where(regular, row_norms, 1.0).astype(np.float64))).astype(np.float32)
         self.whole = len(positions) == len(matrix)
         self.dots = np.empty(len(matrix), dtype=np.float32)
         self.term = np.empty(len(matrix), dtype=np.float32)
@@ -253,7 +260,12 @@ class _Estimates:
         self.nonzero = np.count_nonzero(queries, axis=1)
         dense = np.flatnonzero(self.nonzero > self.matrix.shape[1] // _SPARSE_SHARE)
         with np.errstate(over="ignore", invalid="ignore"):  # only outliers overflow, and they are set aside
-            self.dense_dots = queries[dense] @ self.matrix.T if len(dense) else None
+            if not len(dense):
+                self.dense_dots = None
+            elif isinstance(self.matrix, QuarterVectors):
+                self.dense_dots = self.matrix.count_products(queries[dense])
+            else:
+                self.dense_dots = queries[dense] @ self.matrix.T
         self.dense_row = {int(q): r for r, q in enumerate(dense)}
 
     def bounded(self, q: int) -> bool:
@@ -267,9 +279,9 @@ class _Estimates:
         """
         dim, nonzero = self.matrix.shape[1], int(self.nonzero[q])
         if q in self.dense_row:
-            dots, terms = self.dense_dots[self.dense_row[q]], dim
+            dots, terms = self.dense_dots[self.dense_row[q]], dim + self.stored_rounding
         else:
-            dots, terms, columns = self.dots, nonzero + 1, self.matrix.T
+            dots, terms, columns = self.dots, nonzero + 1 + self.stored_rounding, self.columns
             query = self.queries[q]
             used = np.flatnonzero(query)
             with np.errstate(over="ignore", invalid="ignore"):
@@ -482,7 +494,9 @@ def _in_norm_range(norms: np.ndarray) -> np.ndarray:
     return (norms >= low) & (norms <= high)
 
 
-def _as_matrix(matrix: np.ndarray) -> np.ndarray:
+def _as_matrix(matrix: np.ndarray | QuarterVectors) -> np.ndarray | QuarterVectors:
+    if isinstance(matrix, QuarterVectors):
+        return matrix
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.dtype != np.float32:
         raise ValueError("vectors must be a 2-d float32 array (pgvector stores float32)")

@@ -18,6 +18,7 @@ from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
 from rqsweep.engine.index_cache import BuiltRows, IndexCache
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
+from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.engine.tsearch.parser import RunCache
@@ -47,6 +48,14 @@ def _embed_column_major(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     for start in range(_EMBED_PORTION, len(texts), _EMBED_PORTION):
         out[start:start + _EMBED_PORTION] = embedder.embed(texts[start:start + _EMBED_PORTION])
     return out
+
+
+def _embed_stored(embedder: Embedder, texts: Sequence[str]) -> np.ndarray | QuarterVectors:
+    """The vectors of `texts` as a store keeps them: an embedder that gives its vectors as quarter counts (the
+    feature hash) in a quarter of float32's memory, any other column-major."""
+    if hasattr(embedder, "embed_quarters"):
+        return QuarterVectors.embed(embedder, texts, _EMBED_PORTION)
+    return _embed_column_major(embedder, texts)
 
 
 def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes],
@@ -116,7 +125,7 @@ def table_rows(corpus: Corpus, per_document: Sequence[Sequence[Chunk]], now: dat
 class Store(Rows):
     """One table's rows, embedded and lexically indexed."""
 
-    vectors: np.ndarray = field(kw_only=True)
+    vectors: np.ndarray | QuarterVectors = field(kw_only=True)
     lexical: LexicalIndex = field(kw_only=True)
     norms: np.ndarray = field(init=False, repr=False)
     _scopes: dict = field(default_factory=dict, repr=False)
@@ -244,18 +253,20 @@ class Index(Catalog):
         now = now or datetime.now(timezone.utc)
         per_document = [chunk_document(d, chunking) for d in corpus.documents]
         groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
+        n = sum(map(len, per_document))
         if cache is None:
-            vectors = _embed_column_major(embedder, [text for group in groups for text in group])
             rows: list = [text for group in groups for text in group]
+            vectors = [_embed_stored(embedder, rows[:n]), _embed_stored(embedder, rows[n:])]
             reused = 0
         else:
             keys = ([cache.document_key(d.content) for d in corpus.documents]
                     + [cache.memory_key(m.content) for m in corpus.memories])
-            vectors, rows, reused = _build_with_cache(cache, embedder, keys, groups)
+            both, rows, reused = _build_with_cache(cache, embedder, keys, groups)
+            vectors = [both[:n], both[n:]]
+        del groups
         documents, memories = table_rows(corpus, per_document, now)
-        n = len(documents.ids)
-        index = cls(Store(**vars(documents), vectors=vectors[:n], lexical=LexicalIndex(rows[:n])),
-                    Store(**vars(memories), vectors=vectors[n:], lexical=LexicalIndex(rows[n:])),
+        index = cls(Store(**vars(documents), vectors=vectors[0], lexical=LexicalIndex(rows[:n])),
+                    Store(**vars(memories), vectors=vectors[1], lexical=LexicalIndex(rows[n:])),
                     embedder, now, tie_order)
         index.rows_built, index.rows_reused = len(rows) - reused, reused
         return index

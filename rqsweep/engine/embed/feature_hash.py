@@ -151,10 +151,22 @@ class FeatureHashEmbedder:
         with self._lock:
             for start in range(0, len(texts), _ROWS_PER_BLOCK):
                 block = texts[start:start + _ROWS_PER_BLOCK]
-                out[start:start + len(block)] = to_pgvector_float32(self._embed_float64(block))
+                out[start:start + len(block)] = quarters_to_vectors(*self._quarters(block))
         return out
 
-    def _embed_float64(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_quarters(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`embed(texts)` as integers: each row's sums of signed weights counted in quarters (a weight is 1 or
+        1/4) and its float64 L2 norm. `quarters_to_vectors` turns them into `embed`'s rows bit for bit; the
+        counts are small, so a store can keep them in a byte each."""
+        counts = np.empty((len(texts), self.dimensions), dtype=np.int32)
+        norms = np.empty(len(texts))
+        with self._lock:
+            for start in range(0, len(texts), _ROWS_PER_BLOCK):
+                block = texts[start:start + _ROWS_PER_BLOCK]
+                counts[start:start + len(block)], norms[start:start + len(block)] = self._quarters(block)
+        return counts, norms
+
+    def _quarters(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         known = self._token_ids
         packed = [b"".join([known.get(token) or self._register_token(token)
                             for token in dict.fromkeys(_tokens_but_newest(text))])
@@ -177,10 +189,10 @@ class FeatureHashEmbedder:
         vectors = vectors.reshape(len(texts), dims)
         norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
         empty = norms == 0
-        vectors[~empty] /= norms[~empty, None]
-        vectors[empty] = 0.0
         vectors[empty, 0] = 1.0
-        return vectors
+        norms[empty] = 1.0
+        # Every sum is a multiple of 1/4 (weights 1 and 1/4), of fewer than 2**29 features: exact in int32.
+        return (vectors * 4).astype(np.int32), norms
 
     def _register_token(self, token: str) -> bytes:
         features = token_features(token.translate(_NEWER_LOWERCASE))
@@ -200,3 +212,9 @@ class FeatureHashEmbedder:
             self._index[feature_id] = fnv1a32(name, INDEX_SEED) % self.dimensions
             self._signed_weight[feature_id] = weight if fnv1a32(name, SIGN_SEED) % 2 == 0 else -weight
         return feature_id
+
+
+def quarters_to_vectors(counts: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """Feature-hash rows as pgvector stores them from `FeatureHashEmbedder.embed_quarters`' counts and norms:
+    `counts / 4` is the vector exactly, divided by its norm in float64, then rounded to float32."""
+    return to_pgvector_float32(counts * 0.25 / norms[:, None])
