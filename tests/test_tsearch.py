@@ -172,10 +172,14 @@ def test_index_postings_across_row_blocks(monkeypatch):
     rnd = random.Random(7)
     texts = ["".join(rnd.choice(_ALPHABET + ["w12 ", "pager "]) for _ in range(rnd.randint(0, 30))) for _ in range(40)]
     monkeypatch.setattr(lexical_index, "_ROWS_PER_BLOCK", 3)
+    monkeypatch.setattr(lexical_index, "_ENTRIES_PER_BLOCK", 5)  # groups straddle the blocks of entries
     assert _indexed_vectors(LexicalIndex(texts)) == [_vector(lexemes(text, fast=False)) for text in texts]
 
 
-def test_index_postings_keep_the_position_limits():
+@pytest.mark.parametrize("entries_per_block", [1 << 22, 7, 1000])
+def test_index_postings_keep_the_position_limits(monkeypatch, entries_per_block):
+    from rqsweep.engine.tsearch import index as lexical_index
+    monkeypatch.setattr(lexical_index, "_ENTRIES_PER_BLOCK", entries_per_block)
     texts = ["w " * 300 + "x " * 16100 + "y z y", "y w", "w " * 16500 + "w"]
     assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]
 

@@ -28,6 +28,7 @@ from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_en
 _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
 _POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
 _ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during the build
+_ENTRIES_PER_BLOCK = 1 << 22  # entries cut into postings at once during the build
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
 
 
@@ -53,31 +54,35 @@ class LexicalIndex:
         key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
                                      len(vocab))
         del cache, numbers, ends
-        # Entries of one lexeme in one row form a group: keep its first 255 distinct positions.
-        new_group = np.ones(len(key), bool)
-        differ = np.bitwise_xor(key[1:], key[:-1])
-        new_group[1:] = np.right_shift(differ, _POS_KEY_BITS, out=differ) != 0
-        del differ
-        keep = np.ones(len(key), bool)
-        keep[1:] = key[1:] != key[:-1]  # a position repeats only where positions are capped at 16383
-        group_start = np.flatnonzero(new_group)
-        sizes = np.diff(np.append(group_start, len(key)))
-        if len(sizes) and sizes.max() > MAX_POSITIONS:
-            keep &= np.arange(len(key)) - np.repeat(group_start, sizes) < MAX_POSITIONS
-        del group_start, sizes
-        if not keep.all():
-            key, new_group = key[keep], new_group[keep]
-        del keep
-        part = np.bitwise_and(key, MAX_POSITION)
-        self._pos = part.astype(np.int32)
-        np.bitwise_and(np.right_shift(key, _POS_KEY_BITS, out=part), (1 << row_bits) - 1, out=part)
-        self._entry_row = part.astype(np.int32)
-        del part
-        starts = np.flatnonzero(new_group)
-        self._group_entries = np.append(starts, len(key)).astype(np.int64)
-        self._group_row = self._entry_row[starts]
-        self._lex_groups = np.searchsorted(key[starts] >> (_POS_KEY_BITS + row_bits),
-                                           np.arange(len(vocab) + 1)).astype(np.int64)
+        key = _capped(key)
+        # Cut a block of entries at a time into the narrowest types that hold them (positions: 14 bits), so the
+        # temporaries stay small beside the keys. Entries of one lexeme in one row form a group.
+        n_entries, row_mask = len(key), (1 << row_bits) - 1
+        self._pos = np.empty(n_entries, np.int16)
+        self._entry_row = np.empty(n_entries, np.int32)
+        new_group = np.empty(n_entries, bool)
+        groups_per_lexeme = np.zeros(len(vocab), np.int64)
+        for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
+            block = key[lo:lo + _ENTRIES_PER_BLOCK]
+            self._pos[lo:lo + len(block)] = block & MAX_POSITION
+            group = block >> _POS_KEY_BITS
+            self._entry_row[lo:lo + len(block)] = group & row_mask
+            starts = new_group[lo:lo + len(block)]
+            starts[1:] = group[1:] != group[:-1]
+            starts[0] = lo == 0 or group[0] != key[lo - 1] >> _POS_KEY_BITS
+            groups_per_lexeme += np.bincount(group[starts] >> row_bits, minlength=len(vocab))
+        del key
+        n_groups = int(groups_per_lexeme.sum())
+        self._group_entries = np.empty(n_groups + 1, np.int32 if n_entries < 2**31 else np.int64)
+        self._group_entries[-1] = n_entries
+        filled = 0
+        for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
+            starts = np.flatnonzero(new_group[lo:lo + _ENTRIES_PER_BLOCK]) + lo
+            self._group_entries[filled:filled + len(starts)] = starts
+            filled += len(starts)
+        del new_group
+        self._group_row = self._entry_row[self._group_entries[:-1]]
+        self._lex_groups = np.append(0, np.cumsum(groups_per_lexeme))
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
@@ -358,6 +363,18 @@ def _sorted_keys(parts: list[tuple[int, ...]], numbers: np.ndarray, ends: np.nda
     key = key[:filled]
     key.sort()
     return key, row_bits
+
+
+def _capped(key: np.ndarray) -> np.ndarray:
+    """Sorted entry keys (`_sorted_keys`) as a tsvector holds them: a position repeats only where positions are
+    capped at 16383 and is kept once, and a lexeme keeps its first MAX_POSITIONS positions in a row (an entry is
+    past them exactly when the entry MAX_POSITIONS before it is of the same lexeme and row)."""
+    keep = np.ones(len(key), bool)
+    keep[1:] = key[1:] != key[:-1]
+    for lo in range(MAX_POSITIONS, len(key), _ENTRIES_PER_BLOCK):
+        hi = min(lo + _ENTRIES_PER_BLOCK, len(key))
+        keep[lo:hi] &= key[lo:hi] >> _POS_KEY_BITS != key[lo - MAX_POSITIONS:hi - MAX_POSITIONS] >> _POS_KEY_BITS
+    return key if keep.all() else key[keep]
 
 
 def _single_entry_ranks(counts: np.ndarray) -> np.ndarray:
