@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/growth.py --quick              # 1,000 / 10,000 settings x 165 / 1,000 queries
     .venv/bin/python benchmarks/growth.py --budget 900         # the full table, cells estimated over 900 s skipped
     .venv/bin/python benchmarks/growth.py --rev 68fab31        # the same, the job run at another git revision
+    nice .venv/bin/python benchmarks/growth.py --settings "" --corpus 1000000 --corpus-queries 1000 \
+        --budget 3000 --max-rss 12 [--embedder dense-384]         # the million-chunk run
 
 Builds synthetic inputs in a temporary folder: a corpus of documents (one chunk each) and memories with ages; a
 golden set (JSON lines) whose every query carries its expected item's topic token, so the expected item is always
@@ -18,7 +20,9 @@ either bound is stopped. Estimates scale the largest cell measured so far (per (
 corpus cost (per chunk and per query-chunk) by its measured prepare time.
 
 `--rev` runs the job from a temporary `git worktree` of that revision with this checkout's .venv (PYTHONPATH
-first), so a before/after pair is one command run twice.
+first), so a before/after pair is one command run twice. `--embedder dense-384` replaces the feature hash by a
+384-dimension dense stand-in for the local model (benchmarks/dense_standin.py: same shape and density, not the
+model's embedding time).
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RQSWEEP = ROOT / ".venv" / "bin" / "rqsweep"
+EMBEDDERS = {  # --embedder: the config's embedder, and the command that runs the job
+    "feature-hash": ({"kind": "feature-hash", "dimensions": 1024}, [str(RQSWEEP)]),
+    "dense-384": ({"kind": "local"}, [sys.executable, str(ROOT / "benchmarks" / "dense_standin.py")]),
+}
 
 GRIDS = {  # settings -> values per knob (rrf_k, min_similarity incl. off, half-life incl. 0)
     1_000: (10, 10, 10), 10_000: (25, 20, 20), 100_000: (50, 40, 50), 1_000_000: (100, 100, 100),
@@ -122,11 +130,11 @@ def write_sweep(folder: Path, settings: int) -> str:
     return name
 
 
-def write_config(folder: Path, corpus: Path, golden: Path, sweep: str, label: str) -> Path:
+def write_config(folder: Path, corpus: Path, golden: Path, sweep: str, label: str, embedder: dict) -> Path:
     """The handbook's config (constraints, objective, engine) over the synthetic inputs."""
     config = {
         "name": "growth", "corpus": str(corpus), "golden": str(golden),
-        "backend": {"kind": "embedded", "embedder": {"kind": "feature-hash", "dimensions": 1024},
+        "backend": {"kind": "embedded", "embedder": embedder,
                     "chunking": {"strategy": "size", "chunk_size": 1000, "chunk_overlap": 200},
                     "tie_order": "postgres"},
         "search": {"limit": 10}, "sweep": sweep,
@@ -146,8 +154,8 @@ def write_config(folder: Path, corpus: Path, golden: Path, sweep: str, label: st
 class Inputs:
     """Synthetic corpora and golden sets, each built once and shared by the cells that use it."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, folder: Path, embedder: dict):
+        self.folder, self.embedder = folder, embedder
         self._corpora: dict[int, tuple] = {}
         self._golden: dict[tuple[int, int], Path] = {}
 
@@ -166,7 +174,7 @@ class Inputs:
             self._golden[chunks, queries] = golden
         sweep = write_sweep(self.folder, settings)
         return write_config(self.folder, path, self._golden[chunks, queries], sweep,
-                            f"growth-{chunks}-{settings}-{queries}")
+                            f"growth-{chunks}-{settings}-{queries}", self.embedder)
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -229,8 +237,9 @@ def _rss(pid: int) -> int:
     return 0
 
 
-def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tuple[int, float, dict, str]:
-    """Run `rqsweep CONFIG --quiet` on `tree`'s code; (exit code, wall, figures, why it stopped). The figures:
+def run_job(command: list[str], config: Path, tree: Path, max_seconds: float,
+            max_rss: float) -> tuple[int, float, dict, str]:
+    """Run `COMMAND CONFIG --quiet` (`rqsweep`, or the dense stand-in's runner) on `tree`'s code; (exit code, wall, figures, why it stopped). The figures:
     peak RSS and CPU from the child's rusage, and its RSS sampled every 0.2 s as (seconds, bytes).
 
     The child is polled, not waited for: it is reaped only once it has ended, so stopping it can never
@@ -238,7 +247,7 @@ def run_job(config: Path, tree: Path, max_seconds: float, max_rss: float) -> tup
     env = {**os.environ, "PYTHONPATH": str(tree)}
     with tempfile.TemporaryFile() as errors:
         started = time.perf_counter()
-        proc = subprocess.Popen([str(RQSWEEP), str(config), "--quiet"], env=env, cwd=config.parent,
+        proc = subprocess.Popen([*command, str(config), "--quiet"], env=env, cwd=config.parent,
                                 stdout=subprocess.DEVNULL, stderr=errors)
         stopped, samples = "", []
         while True:
@@ -269,11 +278,11 @@ def disk_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def measure(cell: Cell, inputs: Inputs, tree: Path, budget: float, max_rss: float) -> None:
+def measure(cell: Cell, inputs: Inputs, command: list[str], tree: Path, budget: float, max_rss: float) -> None:
     config = inputs.config(cell.chunks, cell.settings, cell.queries)
     out = config.parent.parent / "out"
     shutil.rmtree(out, ignore_errors=True)
-    code, wall, figures, why = run_job(config, tree, max(1.5 * budget, 60.0), max_rss)
+    code, wall, figures, why = run_job(command, config, tree, max(1.5 * budget, 60.0), max_rss)
     runs = sorted(out.glob("*/*/run.json"))
     if code not in (0, 4) or not runs:  # 4: no feasible setting, everything written all the same
         cell.outcome = f"stopped: {why}" if why.startswith(("RSS", "over")) else f"failed (exit {code}): {why}"
@@ -404,6 +413,8 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=900.0, help="seconds: skip cells estimated above it")
     p.add_argument("--max-rss", type=float, default=10.0, help="GiB: skip cells estimated above it, stop any "
                    "cell passing it")
+    p.add_argument("--embedder", choices=sorted(EMBEDDERS), default="feature-hash",
+                   help="feature-hash (1,024 dimensions) or dense-384 (benchmarks/dense_standin.py)")
     p.add_argument("--rev", help="run the job at this git revision (a temporary worktree) instead of this checkout")
     args = p.parse_args()
     if args.quick:
@@ -420,7 +431,8 @@ def main() -> None:
         folder = Path(tmp)
         tree, rev = checkout(args.rev, folder) if args.rev else (ROOT, "this checkout")
         try:
-            inputs = Inputs(folder / "inputs")
+            embedder, command = EMBEDDERS[args.embedder]
+            inputs = Inputs(folder / "inputs", embedder)
             inputs.folder.mkdir()
             pending = list(cells)
             while pending:
@@ -436,7 +448,7 @@ def main() -> None:
                     continue
                 log(f"run {cell.chunks:,} chunks x {cell.settings:,} settings x {cell.queries:,} queries "
                     f"(estimated {seconds(est_s)}, {size(est_rss)})")
-                measure(cell, inputs, tree, args.budget, max_rss)
+                measure(cell, inputs, command, tree, args.budget, max_rss)
                 log(f"  {cell.outcome or 'done'}: " + ", ".join(
                     f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in cell.figures.items()))
                 if not cell.outcome:
@@ -445,7 +457,7 @@ def main() -> None:
             if args.rev:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
     machine = os.getloadavg()[0]
-    print(f"rqsweep job at {rev}; embedded backend, feature hash 1024, limit 10, workers 1, per-query output on; "
+    print(f"rqsweep job at {rev}; embedded backend, {args.embedder}, limit 10, workers 1, per-query output on; "
           f"load average at the end {machine:.1f}, {os.cpu_count()} cores")
     print(table(cells))
     print("\nPhases (run.json's timings, wall seconds, share of its total):\n" + phase_table(cells))
