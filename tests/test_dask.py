@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -136,6 +137,28 @@ def test_corpus_shards_keep_postgres_order_among_ties_across_shards(tmp_path):
                       quiet=True).run_dir
     assert_same_results(sharded, serial)
     assert pl.read_parquet(serial / "queries.parquet")["tie_sensitive"].any()  # ties do decide positions here
+
+
+def test_corpus_shards_rerun_from_the_index_cache_builds_nothing(tmp_path, handbook_reference, capfd):
+    """Each shard reads and fills the index cache on its worker's disk: a rerun, cut into other shards, builds
+    0 rows, and both runs give the one-process grid and queries."""
+    def cached(folder: Path, shards: int) -> Path:
+        path = handbook_job(folder, {"backend": "dask", "n": 2, "corpus_shards": shards})
+        config = yaml.safe_load(path.read_text())
+        config["backend"]["cache_dir"] = str(tmp_path / "cache")
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    first = job.run(cached(tmp_path / "first", 3), quiet=False).run_dir
+    filled = capfd.readouterr().err
+    again = job.run(cached(tmp_path / "again", 2), quiet=False).run_dir
+    rerun = capfd.readouterr().err
+    built = re.search(r"\((\d+) reused from the index cache, (\d+) built\)", filled)
+    assert built and built.group(1) == "0" and int(built.group(2)) > 0
+    assert f"({built.group(2)} reused from the index cache, 0 built)" in rerun
+    assert list((tmp_path / "cache" / "index").glob("*.sqlite3"))
+    for run_dir in (first, again):
+        assert_same_results(run_dir, handbook_reference)
 
 
 def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):

@@ -5,14 +5,18 @@ vectors or postings. Each block of golden queries is one task per shard, returni
 then plans and scores as a one-process run does: the grid and queries tables are the same (tests/test_dask.py).
 
 A shard's index is a submitted task, not scattered data: when its worker dies, Dask builds it again elsewhere
-from the task (its corpus share travels inside it).
+from the task (its corpus share travels inside it). With a `cache_dir`, each shard reads and fills the index cache
+at that path on its worker's disk, as its embedder does the vector cache: entries are per document, so a rerun, a
+resumed or rebuilt shard, or a run cut into other shards reuses what any earlier run built there.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from datetime import datetime
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,20 +27,30 @@ from rqsweep.corpus import Corpus, chunk_document
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Catalog, Index, table_rows
+from rqsweep.engine.index_cache import IndexCache
 from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.shards import row_distances_of, sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 
 def _build_shard(corpus: Corpus, embedder: Callable[[], Embedder], chunking: Chunking, now: datetime,
-                 tie_order: TieOrder) -> Index:
-    index = Index.build(corpus, embedder(), chunking, now=now, tie_order=tie_order)
+                 tie_order: TieOrder, cache_dir: Path | None) -> Index:
+    made = embedder()
+    cache = IndexCache(cache_dir, made.identity, chunking, _worker_warning) if cache_dir else None
+    index = Index.build(corpus, made, chunking, now=now, tie_order=tie_order, cache=cache)
     index.embedder = None  # queries arrive embedded
     return index
 
 
-def _sizes(index: Index) -> dict[str, int]:
-    return {source_type: len(store.ids) for source_type, store in index.stores.items()}
+def _worker_warning(warning: str) -> None:
+    # The index cache's warnings (a damaged file or entry, rebuilt) are the worker's: they go to its log.
+    print(f"rqsweep worker: warning: {warning}", file=sys.stderr, flush=True)
+
+
+def _summary(index: Index) -> tuple[dict[str, int], int, int]:
+    """A shard's rows per store, and how many of them it built and took from the index cache."""
+    return ({source_type: len(store.ids) for source_type, store in index.stores.items()}, index.rows_built,
+            index.rows_reused)
 
 
 class ShardedIndex(Catalog):
@@ -44,11 +58,12 @@ class ShardedIndex(Catalog):
     merges, and keeps the distances of the lexical rows reported, which `results` needs.
 
     `embedder` embeds the queries here; `shard_embedder()` makes the same embedder on a worker (an embedder
-    object need not pickle: the feature hash holds a lock)."""
+    object need not pickle: the feature hash holds a lock). `rows_built` and `rows_reused` add up the shards'
+    (`Index.build`), `cache_dir` being the index cache's folder's parent on the workers' disks."""
 
     def __init__(self, cluster: DaskCluster, corpus: Corpus, embedder: Embedder,
                  shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
-                 n_shards: int, log: Callable[[str], None]):
+                 n_shards: int, log: Callable[[str], None], cache_dir: Path | None = None):
         per_document = [chunk_document(d, chunking) for d in corpus.documents]
         super().__init__(*table_rows(corpus, per_document, now), embedder, now, tie_order)
         self.client = cluster.client
@@ -57,9 +72,11 @@ class ShardedIndex(Catalog):
             # The shares travel inside their tasks on purpose (Dask rebuilds a lost shard from its task), which
             # Dask warns about as a "large graph".
             warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
-            self.shards = [self.client.submit(_build_shard, part, shard_embedder, chunking, now, tie_order,
+            self.shards = [self.client.submit(_build_shard, part, shard_embedder, chunking, now, tie_order, cache_dir,
                                               pure=False) for part in split_corpus(corpus, n_shards)]
-            sizes = self.client.gather([self.client.submit(_sizes, shard, pure=False) for shard in self.shards])
+            summaries = self.client.gather([self.client.submit(_summary, shard, pure=False) for shard in self.shards])
+        sizes = [s for s, _, _ in summaries]
+        self.rows_built, self.rows_reused = sum(b for _, b, _ in summaries), sum(r for _, _, r in summaries)
         self.offsets = [{t: sum(s[t] for s in sizes[:i]) for t in sizes[0]} for i in range(len(sizes))]
         log(f"dask: {len(self.shards)} corpus shards indexed on the workers in {time.monotonic() - started:.1f}s")
         self._distances: dict[bytes, dict[tuple[str, int], float]] = {}

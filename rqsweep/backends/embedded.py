@@ -182,15 +182,15 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:
         embedder = build_embedder(engine, cluster, log)
-        # Corpus shards are built on the workers, without the index cache (its file is on this machine).
-        cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"))
-                 if engine.cache_dir and not workers.corpus_shards else None)
-        if workers.corpus_shards:
+        if workers.corpus_shards:  # built on the workers, each reading the index cache on its own disk
             from rqsweep.backends.dask_corpus import ShardedIndex
 
             index = ShardedIndex(cluster, corpus, embedder, partial(build_embedder, engine), engine.chunking,
-                                 datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log)
+                                 datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log,
+                                 engine.cache_dir)
         else:
+            cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"))
+                     if engine.cache_dir else None)
             index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
     except BaseException:
         if cluster is not None:
@@ -200,7 +200,8 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     blocks = CandidateBlocks(run_dir, described(index.embedder))
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
                               advance=advance, extracting=extracting, blocks=blocks)
-    reused = f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if cache else ""
+    reused = (f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if engine.cache_dir
+              else "")
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories"
         f"{reused}, {len(golden.queries)} queries' candidates in {time.monotonic() - started:.1f}s")
     return backend
