@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import polars as pl
 import pytest
@@ -189,26 +190,37 @@ def test_a_synthetic_corpus_on_an_existing_cluster_gives_the_single_process_resu
 
 
 def test_a_worker_killed_mid_shard_changes_nothing(tmp_path, handbook_reference):
-    _assert_a_killed_worker_changes_nothing(tmp_path, handbook_reference, {}, "plan_queries")  # a query shard's candidates
+    _assert_killed_workers_change_nothing(tmp_path, handbook_reference, handbook_job, {},
+                                          ["plan_queries"])  # a query shard's candidates
 
 
-def test_a_worker_killed_while_its_corpus_shard_answers_changes_nothing(tmp_path, handbook_reference):
-    """The dead worker's shard index is built again elsewhere from its task; the reports and results do not change."""
-    _assert_a_killed_worker_changes_nothing(tmp_path, handbook_reference, {"corpus_shards": 2}, "first_reports")
+def test_a_worker_killed_mid_corpus_shard_changes_nothing_five_times_over(tmp_path, handbook_reference):
+    """Five runs, each on a fresh cluster, lose a worker while a corpus shard is built or answers its first round:
+    Dask builds the dead worker's shard index again elsewhere from its task, and the reports and results do not
+    change."""
+    _assert_killed_workers_change_nothing(tmp_path, handbook_reference, handbook_job, {"corpus_shards": 2},
+                                          ["_build_shard", "first_reports"] * 2 + ["_build_shard"])
 
 
-def _assert_a_killed_worker_changes_nothing(tmp_path: Path, reference: Path, workers: dict, task: str) -> None:
+def _assert_killed_workers_change_nothing(tmp_path: Path, reference: Path, config_of: Callable[[Path, dict], Path],
+                                          workers: dict, tasks: list[str]) -> None:
+    """One run per task of `tasks`, each on a fresh 2-worker cluster, SIGKILLs a worker running that task; each
+    run must end with `reference`'s grid and queries. A fresh cluster each time: whether a nanny brings its killed
+    worker back, and how soon on a loaded machine, is Dask's business, not what is tested here (a shared cluster
+    once waited 60 s in vain for the restart)."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as monitor:
-        config = handbook_job(tmp_path, {"backend": "dask", "n": 2, "address": cluster.scheduler_address, **workers})
-        runner, outcome = _run_aside(config)
-        killed = _kill_a_worker_running(monitor, task, runner)
-        runner.join(300)
-    assert killed is not None, f"no {task} task was seen running"
-    assert "error" not in outcome, repr(outcome.get("error"))
-    assert_same_results(outcome["done"].run_dir, reference)
+    for attempt, task in enumerate(tasks):
+        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as monitor:
+            monitor.wait_for_workers(2, timeout=120)
+            runner, outcome = _run_aside(config_of(tmp_path / f"dask{attempt}", {
+                "backend": "dask", "n": 2, "address": cluster.scheduler_address, **workers}))
+            killed = _kill_a_worker_running(monitor, task, runner)
+            runner.join(300)
+        assert killed is not None, f"attempt {attempt}: no {task} task was seen running"
+        assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"
+        assert_same_results(outcome["done"].run_dir, reference)
 
 
 def _run_aside(config: Path) -> tuple[threading.Thread, dict]:
@@ -247,23 +259,9 @@ KILL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": list(range(1, 41
 
 def test_a_worker_killed_mid_batch_changes_nothing_five_times_over(tmp_path):
     """Each of 5 runs loses a worker while it scores a shard of a batch: Dask's lost dependencies (the batch sent to
-    the dead worker, its shards' candidates) are sent and computed again, and the run ends with the local grid.
-    Each run gets a fresh cluster: whether a nanny brings its killed worker back, and how soon on a loaded machine,
-    is Dask's business, not what is tested here (a shared cluster once waited 60 s in vain for the restart)."""
-    from distributed import Client, LocalCluster
-
+    the dead worker, its shards' candidates) are sent and computed again, and the run ends with the local grid."""
     serial = job.run(_kill_job(tmp_path / "serial", 1), quiet=True).run_dir
-    for attempt in range(5):
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-                Client(cluster) as monitor:
-            monitor.wait_for_workers(2, timeout=120)
-            runner, outcome = _run_aside(_kill_job(tmp_path / f"dask{attempt}",
-                                                   {"backend": "dask", "n": 2, "address": cluster.scheduler_address}))
-            killed = _kill_a_worker_running(monitor, "_score_shard", runner)  # a batch is being scored there
-            runner.join(300)
-        assert killed is not None, f"attempt {attempt}: no batch was seen running"
-        assert "error" not in outcome, f"attempt {attempt}: {outcome.get('error')!r}"
-        assert_same_results(outcome["done"].run_dir, serial)
+    _assert_killed_workers_change_nothing(tmp_path, serial, _kill_job, {}, ["_score_shard"] * 5)
 
 
 def _kill_job(folder: Path, workers: object) -> Path:
