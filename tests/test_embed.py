@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rqsweep.engine.embed import FeatureHashEmbedder, fnv1a32, js_lower, to_pgvector_float32, tokens
+from rqsweep.engine.embed import feature_hash
 from rqsweep.engine.embed.feature_hash import INDEX_SEED, SIGN_SEED, token_features
 
 P = 16777619
@@ -244,6 +245,31 @@ def test_matches_literal_reference(text, dimensions):
     # Small dimensions force many features onto one index with mixed weights.
     got = FeatureHashEmbedder(dimensions).embed([text])[0]
     np.testing.assert_array_equal(got.view(np.uint32), reference_vector(text, dimensions).view(np.uint32))
+
+
+_BATCH_PIECES = _ALPHABET + ["\t", "\n", "\x0b", "\x0c", "\r", "  ", "\x1c", "\xa0", "\u3000", "SKU-4711",
+                              "https://a.b/c?d=1", "3.14", "-5", "naïve-résumé", "<b>", "ΟΔΟΣ ", "ΣΑΣ. ", "İ"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_BATCH_PIECES), max_size=30).map("".join), max_size=10),
+       st.sampled_from([3, 1024]), st.sampled_from([1, 40, 1 << 22]))
+def test_a_batch_embeds_each_text_as_the_literal_reference(texts, dimensions, slots):
+    """The batch path (runs cut and numbered for all texts at once, a (feature, row) counted once by its slot)
+    gives each text the literal reading's vector bit for bit, whatever the block of rows."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(feature_hash, "_SLOTS", slots)
+        got = FeatureHashEmbedder(dimensions).embed(texts)
+    assert got.shape == (len(texts), dimensions)
+    for text, vector in zip(texts, got):
+        np.testing.assert_array_equal(vector.view(np.uint32), reference_vector(text, dimensions).view(np.uint32))
+
+
+def test_texts_arrow_cannot_hold_are_embedded_text_by_text():
+    texts = ["a\ud800b pager", "\udfff", "pager rotation"]
+    got = FeatureHashEmbedder(16).embed(texts)
+    for text, vector in zip(texts, got):
+        np.testing.assert_array_equal(vector.view(np.uint32), reference_vector(text, 16).view(np.uint32))
 
 
 _JS_EMBED = r"""

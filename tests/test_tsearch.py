@@ -145,7 +145,7 @@ _ALPHABET = list("aZe09.-_@:/~+&<>!?#;'\"\\=% \t\n") + [
 def test_fast_paths_agree_with_the_state_machine(text):
     expected = lexemes(text, fast=False)
     assert lexemes(text) == expected
-    assert RunCache(str).encode(text) == expected
+    assert RunCache().lexemes(text) == expected
 
 
 def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:
@@ -165,6 +165,35 @@ def test_index_postings_are_the_reference_tsvectors(texts):
     """The index's build (runs parsed once, numpy expansion) holds, row for row, the state machine's tsvectors."""
     index = LexicalIndex(texts)
     assert _indexed_vectors(index) == [_vector(lexemes(text, fast=False)) for text in texts]
+
+
+_WHITESPACE = ["\t", "\n", "\x0b", "\x0c", "\r", "  ", "\x1c", "\x85", "\u3000", "\u2028"]
+_PIECES = _ALPHABET + _WHITESPACE + ["w12", "SKU-4711", "-5", "3.14", "v1.2.3", "https://a.b/c?d=1", "a-b-c", ""]
+
+
+def _read(cache: RunCache, numbers: np.ndarray, ends: np.ndarray) -> list[list]:
+    starts = np.concatenate([[0], ends[:-1]])
+    return [[w for n in numbers[lo:hi] for w in cache.parts[n]] for lo, hi in zip(starts, ends)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join),
+                          st.lists(st.sampled_from(["pager", None, "x"]), max_size=4).map(tuple)), max_size=12))
+def test_a_block_of_rows_reads_each_as_the_state_machine(rows):
+    """Runs cut by polars and numbered by Arrow, each distinct one parsed once, give every row the state
+    machine's lexemes: whitespace of every kind, tags, URLs, hyphens, numbers, empty texts, stored rows."""
+    cache = RunCache()
+    numbers, ends = cache.parts_of(rows)
+    assert len(ends) == len(rows)
+    assert _read(cache, numbers, ends) == [lexemes(row, fast=False) if isinstance(row, str) else list(row)
+                                           for row in rows]
+
+
+def test_a_block_arrow_cannot_hold_is_read_text_by_text():
+    rows = ["a\ud800b pager", "on-call <b>x</b>", ("kept",), "SKU-4711 w12"]
+    cache = RunCache()
+    assert _read(cache, *cache.parts_of(rows)) == [lexemes(rows[0], fast=False), lexemes(rows[1], fast=False),
+                                                   ["kept"], lexemes(rows[3], fast=False)]
 
 
 def test_index_postings_across_row_blocks(monkeypatch):

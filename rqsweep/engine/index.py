@@ -66,12 +66,12 @@ def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes],
     missing = {key: texts for key, texts in zip(keys, groups)
                if key not in found or len(found[key].lexemes) != len(texts)}
     texts = [text for group in missing.values() for text in group]
-    parsed = RunCache(lambda word: word)
+    parsed = RunCache()
     built_vectors = _embed_column_major(embedder, texts)
     built, start = {}, 0
     for key, group in missing.items():
         built[key] = BuiltRows(built_vectors[start:start + len(group)],
-                               tuple(tuple(parsed.encode(text)) for text in group))
+                               tuple(tuple(parsed.lexemes(text)) for text in group))
         start += len(group)
     del built_vectors
     cache.store(built)

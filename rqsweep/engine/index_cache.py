@@ -23,10 +23,11 @@ import numpy as np
 
 from rqsweep.config import Chunking
 from rqsweep.engine.embed.cache import cache_file_name, connect_wal
+from rqsweep.engine import runs
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
 
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
-_PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data))).hexdigest()
+_PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data, runs))).hexdigest()
 _SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
 _MAGIC, _CRC, _HEADER = b"RQX1", struct.Struct("<I"), struct.Struct("<III")  # rows, dimensions, positions
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import regex
 
 from rqsweep.engine.embed.protocol import to_pgvector_float32
+from rqsweep.engine.runs import Runs, ranges, split_runs
 
 FNV_PRIME = 16777619
 INDEX_SEED = 2166136261
@@ -31,6 +32,7 @@ TRIGRAM_WEIGHT = 0.25
 _TOKEN = regex.compile(r"[\p{L}\p{N}](?:[\p{L}\p{N}_.-]*[\p{L}\p{N}])?")
 _ASCII_TOKEN = re.compile(r"[a-z0-9](?:[a-z0-9_.-]*[a-z0-9])?")
 _ROWS_PER_BLOCK = 512
+_SLOTS = 1 << 22  # (run or feature, row) slots per block of rows at most: 16 MB
 
 # Σ lower-cases to ς at the end of a word (Unicode's Final_Sigma context), decided on the original text.
 # Characters both cased and case-ignorable (U+0345) are skipped over, as ICU and CPython do.
@@ -114,6 +116,16 @@ def token_features(token: str) -> list[tuple[str, float]]:
     return [("t:" + padded[1:-1], TOKEN_WEIGHT), *grams]
 
 
+def _once(slots: np.ndarray, block: int, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (value, row) pairs, rows < `block`, values < len(slots) / block. Of the pairs writing one
+    slot, only the one written last reads its own number back."""
+    slot = values.astype(slots.dtype) * block + rows
+    number = np.arange(len(slot), dtype=slots.dtype)
+    slots[slot] = number
+    first = slots[slot] == number
+    return values[first], rows[first]
+
+
 class FeatureHashEmbedder:
     """SOAT's deterministic feature-hashing embedder at `dimensions` dimensions (SOAT's eval uses 1024).
 
@@ -148,10 +160,8 @@ class FeatureHashEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed `texts`; float64 arithmetic, float32 result as pgvector stores it."""
         out = np.empty((len(texts), self.dimensions), dtype=np.float32)
-        with self._lock:
-            for start in range(0, len(texts), _ROWS_PER_BLOCK):
-                block = texts[start:start + _ROWS_PER_BLOCK]
-                out[start:start + len(block)] = quarters_to_vectors(*self._quarters(block))
+        for start, stop, counts, norms in self._quarters(texts):
+            out[start:stop] = quarters_to_vectors(counts, norms)
         return out
 
     def embed_quarters(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -160,33 +170,51 @@ class FeatureHashEmbedder:
         counts are small, so a store can keep them in a byte each."""
         counts = np.empty((len(texts), self.dimensions), dtype=np.int32)
         norms = np.empty(len(texts))
-        with self._lock:
-            for start in range(0, len(texts), _ROWS_PER_BLOCK):
-                block = texts[start:start + _ROWS_PER_BLOCK]
-                counts[start:start + len(block)], norms[start:start + len(block)] = self._quarters(block)
+        for start, stop, block_counts, block_norms in self._quarters(texts):
+            counts[start:stop], norms[start:stop] = block_counts, block_norms
         return counts, norms
 
-    def _quarters(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _quarters(self, texts: Sequence[str]) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """(start, stop, quarter counts, norms) of each block of rows, in order."""
+        # Tokens never span ASCII whitespace, nor does lower-casing's context (Final_Sigma looks only through
+        # cased and case-ignorable characters): a text's tokens are those of its runs.
+        runs = split_runs(texts) or Runs(list(texts), np.arange(len(texts), dtype=np.int32),
+                                         np.arange(1, len(texts) + 1, dtype=np.int64))
+        with self._lock:
+            packed = [self._packed(run) for run in runs.distinct]
+            lengths = np.fromiter(map(len, packed), np.int64, len(packed)) // 4
+            features = np.frombuffer(b"".join(packed), dtype=np.int32)
+            offsets = np.cumsum(lengths) - lengths
+            n_features = max(len(self._feature_ids), 1)
+            index, signed_weight = self._index[:n_features], self._signed_weight[:n_features]
+        # (run or feature, row) slots of a block of rows: few enough to stay in cache.
+        span = max(n_features, len(runs.distinct), 1)
+        block = max(1, min(_ROWS_PER_BLOCK, _SLOTS // span))
+        slots = np.empty(span * block, np.int32 if span * block < 2**31 else np.int64)
+        bounds = np.append(0, runs.ends)
+        for start in range(0, len(texts), block):
+            stop = min(start + block, len(texts))
+            rows = np.repeat(np.arange(stop - start, dtype=slots.dtype), np.diff(bounds[start:stop + 1]))
+            codes, rows = _once(slots, block, runs.codes[bounds[start]:bounds[stop]], rows)
+            per_run = lengths[codes]
+            ids, rows = _once(slots, block, features[ranges(offsets[codes], per_run)], np.repeat(rows, per_run))
+            yield start, stop, *self._counted(rows, index[ids], signed_weight[ids], stop - start)
+
+    def _packed(self, text: str) -> bytes:
+        """The feature ids of the distinct tokens of `text`, packed int32 (repeats across tokens kept)."""
         known = self._token_ids
-        packed = [b"".join([known.get(token) or self._register_token(token)
-                            for token in dict.fromkeys(_tokens_but_newest(text))])
-                  for text in texts]
-        n_features = max(len(self._feature_ids), 1)
-        # One (row, feature) key per member of each text's feature set; int32 sorts twice as fast.
-        key_type = np.int32 if len(texts) * n_features < 2**31 else np.int64
-        ids = np.frombuffer(b"".join(packed), dtype=np.int32).astype(key_type)
-        rows = np.repeat(np.arange(len(texts), dtype=key_type), [len(p) // 4 for p in packed])
-        members = np.sort(rows * n_features + ids)
-        # np.unique would do, but its hash-based path is several times slower than sorting here.
-        first = np.ones(len(members), dtype=bool)
-        first[1:] = members[1:] != members[:-1]
-        members = members[first]
-        rows, ids = np.divmod(members, n_features)
+        return b"".join([known.get(token) or self._register_token(token)
+                         for token in dict.fromkeys(_tokens_but_newest(text))])
+
+    def _counted(self, rows: np.ndarray, index: np.ndarray, signed_weight: np.ndarray,
+                 n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """Quarter counts and norms of `n_rows` rows from each row's distinct features: their index and signed
+        weight."""
         dims = self.dimensions
         # float64 cast: bincount answers int64 when no text has a feature.
-        vectors = np.bincount(rows * dims + self._index[ids], weights=self._signed_weight[ids],
-                              minlength=len(texts) * dims).astype(np.float64, copy=False)
-        vectors = vectors.reshape(len(texts), dims)
+        vectors = np.bincount(rows * dims + index, weights=signed_weight,
+                              minlength=n_rows * dims).astype(np.float64, copy=False)
+        vectors = vectors.reshape(n_rows, dims)
         norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
         empty = norms == 0
         vectors[empty, 0] = 1.0

@@ -13,12 +13,12 @@ truth table of the query.
 
 from __future__ import annotations
 
-from array import array
 from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
+from rqsweep.engine.runs import ranges
 from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache
 from rqsweep.engine.tsearch.query import (
     And, Lexeme, Node, Not, Or, Phrase, TsQuery, TsQueryError, phrase_offsets, websearch_to_tsquery,
@@ -35,25 +35,17 @@ _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ra
 class LexicalIndex:
     """``to_tsvector('simple', text)`` of each row, indexed; rows are numbered in the given order.
 
-    A row given as a tuple is its lexemes already (`RunCache.encode`'s words: a stored build).
+    A row given as a tuple is its lexemes already (`RunCache.lexemes`: a stored build).
     """
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         self.n_rows = len(texts)
-        vocab = _Vocabulary()
-        cache = RunCache(vocab.__getitem__)
-        numbers, ends = array("i"), array("q")
-        for text in texts:
-            if isinstance(text, str):
-                numbers.extend(cache.part_numbers(text))
-            else:
-                numbers.append(cache.add(text))
-            ends.append(len(numbers))
-        del vocab[None]
-        self._vocab = dict(vocab)
-        key, row_bits = _sorted_keys(cache.parts, np.frombuffer(numbers, np.int32), np.frombuffer(ends, np.int64),
-                                     len(vocab))
-        del cache, numbers, ends
+        cache = RunCache()
+        numbers, ends = cache.parts_of(texts)
+        parts, self._vocab = _numbered(cache.parts, numbers)
+        del cache
+        key, row_bits = _sorted_keys(parts, numbers, ends, len(self._vocab))
+        del parts, numbers, ends
         key = _capped(key)
         # Cut a block of entries at a time into the narrowest types that hold them (positions: 14 bits), so the
         # temporaries stay small beside the keys. Entries of one lexeme in one row form a group.
@@ -61,7 +53,7 @@ class LexicalIndex:
         self._pos = np.empty(n_entries, np.int16)
         self._entry_row = np.empty(n_entries, np.int32)
         new_group = np.empty(n_entries, bool)
-        groups_per_lexeme = np.zeros(len(vocab), np.int64)
+        groups_per_lexeme = np.zeros(len(self._vocab), np.int64)
         for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
             block = key[lo:lo + _ENTRIES_PER_BLOCK]
             self._pos[lo:lo + len(block)] = block & MAX_POSITION
@@ -70,7 +62,7 @@ class LexicalIndex:
             starts = new_group[lo:lo + len(block)]
             starts[1:] = group[1:] != group[:-1]
             starts[0] = lo == 0 or group[0] != key[lo - 1] >> _POS_KEY_BITS
-            groups_per_lexeme += np.bincount(group[starts] >> row_bits, minlength=len(vocab))
+            groups_per_lexeme += np.bincount(group[starts] >> row_bits, minlength=len(self._vocab))
         del key
         n_groups = int(groups_per_lexeme.sum())
         self._group_entries = np.empty(n_groups + 1, np.int32 if n_entries < 2**31 else np.int64)
@@ -121,7 +113,7 @@ class LexicalIndex:
         groups, present = self._groups(lex, rows)
         groups = groups[present]
         starts = self._group_entries[groups]
-        return _ranges(starts, self._group_entries[groups + 1] - starts)
+        return ranges(starts, self._group_entries[groups + 1] - starts)
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -274,6 +266,22 @@ class _Vocabulary(dict):
         return number
 
 
+def _numbered(parts: list[tuple[str | None, ...]], numbers: np.ndarray) -> tuple[list[tuple[int, ...]], dict[str, int]]:
+    """The parts as lexeme numbers, and the lexemes' numbers (-1: None). Lexemes are numbered in the order the
+    rows first show them (`numbers`: the parts of every row, in order), however the parts were made, so a build
+    from stored lexemes numbers them as one from the texts; a part no row uses (a run of a text read whole) stays
+    empty."""
+    first = np.full(len(parts), len(numbers), np.int64)
+    np.minimum.at(first, numbers, np.arange(len(numbers)))
+    used = np.flatnonzero(first < len(numbers))
+    vocab = _Vocabulary()
+    encoded: list[tuple[int, ...]] = [()] * len(parts)
+    for part in used[np.argsort(first[used])].tolist():
+        encoded[part] = tuple(map(vocab.__getitem__, parts[part]))
+    del vocab[None]
+    return encoded, dict(vocab)
+
+
 def _atoms(root: Node) -> dict[Node, int]:
     """Lexemes outside phrases and whole phrases, numbered."""
     out: dict[Node, int] = {}
@@ -350,7 +358,7 @@ def _sorted_keys(parts: list[tuple[int, ...]], numbers: np.ndarray, ends: np.nda
         hi = min(lo + _ROWS_PER_BLOCK, len(ends))
         runs = numbers[run_ends[lo]:run_ends[hi]]
         per_run = sizes[runs]
-        lex = flat[_ranges(first[runs], per_run)]
+        lex = flat[ranges(first[runs], per_run)]
         bounds = np.append(0, np.cumsum(per_run))[run_ends[lo:hi + 1] - run_ends[lo]]
         counts = np.diff(bounds)
         block = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
@@ -387,11 +395,3 @@ def _single_entry_ranks(counts: np.ndarray) -> np.ndarray:
         sums.append(total)
     return np.array(sums).astype(np.float32)[counts]
 
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(start, start + length) for each pair."""
-    total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, np.int64)
-    shift = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-    return np.arange(total, dtype=np.int64) + shift

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import re
 from itertools import chain
-from typing import Callable, Generic, Iterator, NamedTuple, Sequence, TypeVar
+from typing import Iterator, NamedTuple, Sequence
 
+import numpy as np
+
+from rqsweep.engine.runs import split_runs
 from rqsweep.engine.tsearch.chars import (
     ALPHA_NA, ALPHA_RANGES, ASCII_SPACES, CLASS, DIGIT, LETTER, OTHER, SPACES, SPECIAL_NA, SPECIAL_RANGES,
     lower, regex_class,
 )
-
-T = TypeVar("T")
 
 # Token types, numbered as PostgreSQL's ts_token_type('default').
 (ASCIIWORD, WORD, NUMWORD, EMAIL, URL, HOST, SFLOAT, VERSION, HWORD_NUMPART, HWORD_PART,
@@ -514,26 +515,25 @@ class _Unclean(Exception):
     """A run leaves the parser in a mode that carries over to the next run."""
 
 
-class RunCache(Generic[T]):
-    """Lexemes per whitespace-separated run, for texts without '<', each passed through `encode`.
+class RunCache:
+    """Lexemes per whitespace-separated run, for texts without '<'.
 
     At ASCII whitespace the parser always stands between tokens (only tags and blanks span it), and
     the blank that swallows the whitespace goes on through the next run's leading punctuation: a run
     after whitespace yields the same lexemes wherever it occurs, so each distinct run is parsed once.
 
-    A text is read as a list of *part* numbers: `parts[i]` holds the encoded lexemes of part i, a
-    distinct run, or the whole of a text the runs cannot read (one with '<', or a run that leaves the
-    parser in a mode that carries over). Numbers let an index expand its texts with numpy.
+    A text is read as a list of *part* numbers: `parts[i]` holds the lexemes of part i, a distinct run,
+    or the whole of a text the runs cannot read (one with '<', or a run that leaves the parser in a
+    mode that carries over). Numbers let an index expand its texts with numpy.
     """
 
-    def __init__(self, encode: Callable[[str | None], T]) -> None:
-        self._encode = encode
-        self.parts: list[tuple[T, ...]] = []
+    def __init__(self) -> None:
+        self.parts: list[tuple[str | None, ...]] = []
         self._runs = _Runs(self, anywhere=True)
         self._first_runs = _Runs(self, anywhere=False)  # a text's first run, when no whitespace precedes it
 
-    def encode(self, text: str) -> list[T]:
-        """`encode` of each of `lexemes(text)` (None included), reusing the lexemes of runs seen before."""
+    def lexemes(self, text: str) -> list[str | None]:
+        """`lexemes(text)`, reusing the lexemes of runs seen before."""
         return list(chain.from_iterable(map(self.parts.__getitem__, self.part_numbers(text))))
 
     def part_numbers(self, text: str) -> list[int]:
@@ -547,21 +547,57 @@ class RunCache(Generic[T]):
         else:
             runs = _SPLIT_SPACE.split(text)
             first = runs.pop(0)
-        try:
-            out = [self._first_runs[first]] if first else []
-            out.extend(map(self._runs.__getitem__, runs))
-        except _Unclean:
-            return [self.add(lexemes(text))]
-        return out
+        out = [self._first_runs[first]] if first else []
+        out.extend(map(self._runs.__getitem__, runs))
+        return [self.add(lexemes(text))] if _UNCLEAN in out else out
+
+    def parts_of(self, rows: Sequence[str | tuple[str | None, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        """`part_numbers` of every row, concatenated (int32), and where each row's end (int64), for a block of
+        rows at once: the texts are cut into runs by `split_runs`, each distinct run parsed once. A row given
+        as a tuple is its lexemes already: one part."""
+        whole = np.fromiter((not isinstance(row, str) or "<" in row for row in rows), bool, len(rows))
+        plain = [row for row, w in zip(rows, whole) if not w] if whole.any() else rows
+        if not plain:
+            return np.fromiter(map(self._whole, rows), np.int32, len(rows)), np.arange(1, len(rows) + 1)
+        runs = split_runs(plain)
+        if runs is None:  # texts Arrow cannot hold: one at a time
+            numbers = [self.part_numbers(row) if isinstance(row, str) else [self.add(row)] for row in rows]
+            return (np.fromiter(chain.from_iterable(numbers), np.int32),
+                    np.cumsum(np.fromiter(map(len, numbers), np.int64, len(rows))))
+        numbers = np.fromiter(map(self._runs.__getitem__, runs.distinct), np.int32, len(runs.distinct))[runs.codes]
+        starts = runs.starts
+        firsts = np.unique(runs.codes[starts])
+        first_parts = np.empty(len(runs.distinct), np.int32)
+        first_parts[firsts] = [self._first_runs[runs.distinct[code]] for code in firsts]
+        numbers[starts] = first_parts[runs.codes[starts]]
+        unclean = np.logical_or.reduceat(numbers == _UNCLEAN, starts)
+        if not whole.any() and not unclean.any():
+            return numbers, runs.ends
+        counts = np.diff(runs.ends, prepend=0)
+        whole[np.flatnonzero(~whole)[unclean]] = True
+        per_row = np.ones(len(rows), np.int64)
+        per_row[~whole] = counts[~unclean]
+        ends = np.cumsum(per_row)
+        out = np.empty(ends[-1], np.int32)
+        out[~np.repeat(whole, per_row)] = numbers[np.repeat(~unclean, counts)]
+        out[ends[whole] - 1] = [self._whole(rows[i]) for i in np.flatnonzero(whole)]
+        return out, ends
 
     def add(self, words: Sequence[str | None]) -> int:
         """A new part of these lexemes: its number."""
-        self.parts.append(tuple(map(self._encode, words)))
+        self.parts.append(tuple(words))
         return len(self.parts) - 1
+
+    def _whole(self, row: str | tuple[str | None, ...]) -> int:
+        return self.add(lexemes(row) if isinstance(row, str) else row)
+
+
+_UNCLEAN = -1  # the part number of a run that raises _Unclean
 
 
 class _Runs(dict):
-    """The part number of a run (following whitespace when `anywhere`), parsed on first use."""
+    """The part number of a run (following whitespace when `anywhere`), parsed on first use; `_UNCLEAN` for a
+    run whose text must be parsed whole."""
 
     def __init__(self, cache: RunCache, anywhere: bool) -> None:
         super().__init__()
@@ -569,7 +605,11 @@ class _Runs(dict):
         self._anywhere = anywhere
 
     def __missing__(self, run: str) -> int:
-        found = self[run] = self._cache.add(_run_lexemes(run, self._anywhere))
+        try:
+            found = self._cache.add(_run_lexemes(run, self._anywhere))
+        except _Unclean:
+            found = _UNCLEAN
+        self[run] = found
         return found
 
 
