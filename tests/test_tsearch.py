@@ -137,7 +137,7 @@ def test_rank_values(text, query, expected):
 
 _ALPHABET = list("aZe09.-_@:/~+&<>!?#;'\"\\=% \t\n") + [
     "é", "ß", "Σ", "日", "\u0301", "\u200b", "—", "😀", "\u00a0", "İ", "\u0903", "\u0f3e", "http://", "www.",
-    ".com", "user@", "<a href='x'>", "</a>", "&amp;", "<script>", "</script>", "1.2.3", "-4711", "~/", ":8080"]
+    ".com", "user@", "<a href='x'>", "</a>", "&amp;", "<script>", "</script>", "1.2.3", "-4711", "~/", ":8080", "w12", "x9y"]
 
 
 @settings(max_examples=400, deadline=None)

@@ -425,7 +425,8 @@ class _Machine:
 # ---------------------------------------------------------------------------------------------
 # Fast path. Each alternative below is a reading the machine makes through plain moves and a
 # final bingo, followed by a character after which the machine tries nothing longer. The
-# lookaheads list those characters; anything else goes to the machine.
+# lookaheads list those characters; anything else goes to the machine. The one exception, n (letters
+# then a digit: a numword), first pushes a host reading, which the same characters make pop back.
 
 _ALPHA = regex_class(ALPHA_RANGES)
 _SPECIAL = regex_class(SPECIAL_RANGES)
@@ -442,6 +443,7 @@ _FAST = re.compile(
     f"(?:{_BLANK})*+(?:"
     f"(?P<h>[A-Za-z]++(?:-[A-Za-z]++)++)(?={_TERM})"
     f"|(?P<a>[A-Za-z]++)(?={_TERM})"
+    f"|(?P<n>[A-Za-z]++[0-9][A-Za-z0-9]*+)(?={_TERM})"
     f"|(?P<w>(?:[A-Za-z]++[{_ALPHA}{_SPECIAL}]|[{_ALPHA}])[A-Za-z{_ALPHA}{_SPECIAL}]*+)(?={_TERM_WORD})"
     f"|(?P<u>[0-9]++)(?={_TERM}))?",
     re.DOTALL)
@@ -474,7 +476,7 @@ def _scan(machine: _Machine, fast: bool = True) -> Iterator[tuple[int, str]]:
                     yield HWORD_ASCIIPART, part
                 continue
             if kind is not None:
-                yield (ASCIIWORD if kind == "a" else WORD if kind == "w" else UINT), m.group(kind)
+                yield {"a": ASCIIWORD, "n": NUMWORD, "w": WORD, "u": UINT}[kind], m.group(kind)
                 continue
         if not machine.next_token():
             return
