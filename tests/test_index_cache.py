@@ -6,6 +6,7 @@ import random
 import sqlite3
 import subprocess
 import sys
+import tracemalloc
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -90,6 +91,50 @@ def test_one_percent_changed_rebuilds_that_one_percent(tmp_path):
     assert rerun.rows_built == embedder.embedded == expected
     assert rerun.rows_reused == len(rerun.stores["document"].ids) + len(rerun.stores["memory"].ids) - expected
     assert_same_index(rerun, build(edited, None))
+
+
+def test_filling_the_cache_parses_new_texts_once(tmp_path, monkeypatch):
+    """The first run reads its texts as a build without the cache does (each distinct run parsed once, the lexical
+    index built from those parts, not from lexemes read back); a rerun parses nothing, one part per stored row."""
+    from rqsweep.engine.tsearch import parser
+    parts, runs = [], []
+    add, run_lexemes = parser.RunCache.add, parser._run_lexemes
+    monkeypatch.setattr(parser.RunCache, "add", lambda self, words: parts.append(words) or add(self, words))
+    monkeypatch.setattr(parser, "_run_lexemes", lambda run, anywhere=True: runs.append(run) or run_lexemes(run, anywhere))
+    c = corpus()
+    build(c, None)
+    without = len(parts), len(runs)
+    parts.clear(), runs.clear()
+    first = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    # One run cache serves documents and memories alike: a run both hold is parsed once, not twice.
+    assert first.rows_built and len(parts) <= without[0] and len(runs) <= without[1]
+    parts.clear(), runs.clear()
+    rerun = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    assert (runs, len(parts)) == ([], rerun.rows_reused)
+
+
+def test_a_build_from_the_cache_holds_its_rows_once(tmp_path, monkeypatch):
+    """Read back, each entry is copied into the index's array and let go before the next is decoded: reading the
+    cache peaks at about the array, not the array beside every entry read."""
+    from rqsweep.engine import index as engine_index
+    c = corpus(300)
+    Index.build(c, FeatureHashEmbedder(4096), CHUNKING, NOW, cache=IndexCache(tmp_path, "feature-hash/4096", CHUNKING))
+    peaks, read = [], engine_index._build_with_cache
+
+    def measured(*args):
+        tracemalloc.start()
+        try:
+            out = read(*args)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        return out
+    monkeypatch.setattr(engine_index, "_build_with_cache", measured)
+    index = Index.build(c, FeatureHashEmbedder(4096), CHUNKING, NOW,
+                        cache=IndexCache(tmp_path, "feature-hash/4096", CHUNKING))
+    assert index.rows_built == 0
+    held = sum(np.asarray(store.vectors).nbytes for store in index.stores.values())
+    assert held > 10_000_000 and peaks[0] < 1.3 * held, (peaks, held)
 
 
 def test_other_chunking_or_embedder_reuses_nothing(tmp_path):

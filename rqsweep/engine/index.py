@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import chain
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
@@ -20,6 +21,7 @@ from rqsweep.engine.index_cache import BuiltRows, IndexCache
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
+from rqsweep.engine.runs import ranges
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.engine.tsearch.parser import RunCache
 from rqsweep.knobs import Knobs
@@ -58,33 +60,63 @@ def _embed_stored(embedder: Embedder, texts: Sequence[str]) -> np.ndarray | Quar
     return _embed_column_major(embedder, texts)
 
 
-def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes],
-                      groups: list[list[str]]) -> tuple[np.ndarray, list[tuple[str | None, ...]], int]:
-    """Vectors and lexemes of every row (`groups`: the texts of each key), from `cache` where it holds them; the
-    rest is built and stored. Also how many rows came from the cache."""
-    found = cache.load(keys)
-    missing = {key: texts for key, texts in zip(keys, groups)
-               if key not in found or len(found[key].lexemes) != len(texts)}
+def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes], groups: list[list[str]],
+                      n_documents: int) -> tuple[np.ndarray, RunCache, list[tuple[np.ndarray, np.ndarray]], int]:
+    """Vectors of every row (`groups`: the texts of each key; the first `n_documents` keys are documents), from
+    `cache` where it holds them; the rest is built and stored. Also the rows read for the lexical index (a run
+    cache and the parts of the documents' and the memories' rows, `RunCache.parts_of`: new texts are parsed
+    once, for the index and the cache alike) and how many rows came from the cache."""
+    sizes = np.fromiter(map(len, groups), np.int64, len(groups))
+    starts = np.cumsum(sizes) - sizes
+    at: dict[bytes, list[int]] = {}
+    for i, key in enumerate(keys):
+        at.setdefault(key, []).append(i)
+    # Each stored entry is copied into its places as it is read and let go, and new rows are embedded straight
+    # into theirs: the build never holds the rows twice.
+    vectors, found = None, {}
+    for key, entry in cache.entries(keys):
+        if len(entry.lexemes) != sizes[at[key][0]]:
+            continue
+        if vectors is None:
+            vectors = np.empty((int(sizes.sum()), entry.vectors.shape[1]), np.float32, order="F")
+        for i in at[key]:
+            vectors[starts[i]:starts[i] + sizes[i]] = entry.vectors
+        found[key] = entry.lexemes
+    missing = {key: groups[i[0]] for key, i in at.items() if key not in found}
     texts = [text for group in missing.values() for text in group]
+    places = ranges(starts[[at[key][0] for key in missing]], sizes[[at[key][0] for key in missing]])
+    for lo in range(0, len(texts), _EMBED_PORTION):
+        portion = embedder.embed(texts[lo:lo + _EMBED_PORTION])
+        if vectors is None:
+            vectors = np.empty((int(sizes.sum()), portion.shape[1]), np.float32, order="F")
+        vectors[places[lo:lo + len(portion)]] = portion
+    del texts, places
+    if vectors is None:
+        vectors = np.empty((int(sizes.sum()), 1), np.float32, order="F")
+    for key in missing:
+        first, *repeats = at[key]
+        for i in repeats:  # the same new content twice
+            vectors[starts[i]:starts[i] + sizes[i]] = vectors[starts[first]:starts[first] + sizes[i]]
+    rows = [row for key, group in zip(keys, groups) for row in (found[key] if key in found else group)]
+    n = int(sizes[:n_documents].sum())
     parsed = RunCache()
-    built_vectors = _embed_column_major(embedder, texts)
-    built, start = {}, 0
-    for key, group in missing.items():
-        built[key] = BuiltRows(built_vectors[start:start + len(group)],
-                               tuple(tuple(parsed.lexemes(text)) for text in group))
-        start += len(group)
-    del built_vectors
-    cache.store(built)
-    found.update(built)
-    entries = [found[key] for key in keys]
-    dims = next((e.vectors.shape[1] for e in entries if len(e.vectors)), 1)
-    vectors = np.empty((sum(len(e.lexemes) for e in entries), dims), np.float32, order="F")
-    start = 0
-    for entry in entries:
-        vectors[start:start + len(entry.vectors)] = entry.vectors
-        start += len(entry.vectors)
-    reused = sum(len(found[key].lexemes) for key in keys if key not in missing)
-    return vectors, [row for entry in entries for row in entry.lexemes], reused
+    read = [parsed.parts_of(rows[:n]), parsed.parts_of(rows[n:])]
+    del rows
+    cache.store({key: BuiltRows(vectors[starts[at[key][0]]:starts[at[key][0]] + len(group)],
+                                tuple(_row_lexemes(parsed, read, n, int(starts[at[key][0]]) + j)
+                                      for j in range(len(group))))
+                 for key, group in missing.items()})
+    reused = sum(len(group) for key, group in zip(keys, groups) if key in found)
+    return vectors, parsed, read, reused
+
+
+def _row_lexemes(parsed: RunCache, read: list[tuple[np.ndarray, np.ndarray]], n_documents: int,
+                 row: int) -> tuple[str | None, ...]:
+    """The lexemes of row `row` (documents' rows first, then memories') from its parts."""
+    numbers, ends = read[0] if row < n_documents else read[1]
+    row = row if row < n_documents else row - n_documents
+    lo = int(ends[row - 1]) if row else 0
+    return tuple(chain.from_iterable(map(parsed.parts.__getitem__, numbers[lo:ends[row]].tolist())))
 
 
 def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
@@ -257,18 +289,22 @@ class Index(Catalog):
         if cache is None:
             rows: list = [text for group in groups for text in group]
             vectors = [_embed_stored(embedder, rows[:n]), _embed_stored(embedder, rows[n:])]
+            lexical = [LexicalIndex(rows[:n]), LexicalIndex(rows[n:])]
             reused = 0
         else:
             keys = ([cache.document_key(d.content) for d in corpus.documents]
                     + [cache.memory_key(m.content) for m in corpus.memories])
-            both, rows, reused = _build_with_cache(cache, embedder, keys, groups)
+            both, parsed, read, reused = _build_with_cache(cache, embedder, keys, groups, len(corpus.documents))
             vectors = [both[:n], both[n:]]
+            lexical = [LexicalIndex.of_parts(parsed.parts, *parts) for parts in read]
+            del parsed, read
+        total = sum(map(len, groups))
         del groups
         documents, memories = table_rows(corpus, per_document, now)
-        index = cls(Store(**vars(documents), vectors=vectors[0], lexical=LexicalIndex(rows[:n])),
-                    Store(**vars(memories), vectors=vectors[1], lexical=LexicalIndex(rows[n:])),
+        index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0]),
+                    Store(**vars(memories), vectors=vectors[1], lexical=lexical[1]),
                     embedder, now, tie_order)
-        index.rows_built, index.rows_reused = len(rows) - reused, reused
+        index.rows_built, index.rows_reused = total - reused, reused
         return index
 
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),

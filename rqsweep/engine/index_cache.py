@@ -14,7 +14,7 @@ import sys
 import struct
 import zlib
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,23 +107,24 @@ class IndexCache:
     def memory_key(self, content: str) -> bytes:
         return hashlib.sha256(f"{_PARSER}\0memory\0{content}".encode("utf-8", "surrogatepass")).digest()
 
-    def load(self, keys: Iterable[bytes]) -> dict[bytes, BuiltRows]:
-        """The entries found for `keys`; damaged ones are left out (they are rebuilt and stored again)."""
-        wanted, found = set(keys), {}
+    def entries(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, BuiltRows]]:
+        """The entries found for `keys`, one at a time as they are read (a caller can let each go before the next
+        is decoded); damaged ones are left out (they are rebuilt and stored again)."""
+        wanted = set(keys)
         try:
             with closing(connect_wal(self.path)) as conn:
                 # One scan: a rerun wants nearly every entry, and a scan reads them 5x faster than lookups by key.
                 for key, blob in conn.execute("SELECT key, rows FROM entries"):
                     if key in wanted:
                         try:
-                            found[key] = BuiltRows.from_bytes(blob)
+                            entry = BuiltRows.from_bytes(blob)
                         except ValueError as exc:
                             self._warn(f"index cache {self.path}: a damaged entry is rebuilt ({exc})")
+                            continue
+                        yield key, entry
         except sqlite3.DatabaseError as exc:
             self._set_aside(exc)
             self._create()
-            return {}
-        return found
 
     def store(self, entries: dict[bytes, BuiltRows]) -> None:
         try:

@@ -39,13 +39,22 @@ class LexicalIndex:
     """
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
-        self.n_rows = len(texts)
         cache = RunCache()
         numbers, ends = cache.parts_of(texts)
-        parts, self._vocab = _numbered(cache.parts, numbers)
-        del cache
-        key, row_bits = _sorted_keys(parts, numbers, ends, len(self._vocab))
-        del parts, numbers, ends
+        self._build(cache.parts, numbers, ends)
+
+    @classmethod
+    def of_parts(cls, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> "LexicalIndex":
+        """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`."""
+        index = cls.__new__(cls)
+        index._build(parts, numbers, ends)
+        return index
+
+    def _build(self, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> None:
+        self.n_rows = len(ends)
+        encoded, self._vocab = _numbered(parts, numbers)
+        key, row_bits = _sorted_keys(encoded, numbers, ends, len(self._vocab))
+        del encoded, numbers, ends
         key = _capped(key)
         # Cut a block of entries at a time into the narrowest types that hold them (positions: 14 bits), so the
         # temporaries stay small beside the keys. Entries of one lexeme in one row form a group.
