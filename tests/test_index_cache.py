@@ -137,6 +137,31 @@ def test_a_build_from_the_cache_holds_its_rows_once(tmp_path, monkeypatch):
     assert held > 10_000_000 and peaks[0] < 1.3 * held, (peaks, held)
 
 
+def test_past_its_bound_the_least_recently_used_entries_go(tmp_path):
+    """Entries are kept to the bound's megabytes of stored rows; a build's reads count as uses, so the entry read
+    last outlives one stored after it but never read."""
+    rows = {name.encode(): BuiltRows(np.full((1, 2500), i, np.float32), (("pager",),)) for i, name in enumerate("abcde")}
+    size = len(rows[b"a"].to_bytes())
+    cache = IndexCache(tmp_path, "feature-hash/2500", CHUNKING, max_mb=3.5 * size / 1e6)
+    for key in (b"a", b"b", b"c"):
+        cache.store({key: rows[key]})
+    assert [key for key, _ in cache.entries([b"a"])] == [b"a"]  # a is used again: b is now the oldest
+    cache.store({b"d": rows[b"d"]})
+    assert sorted(key for key, _ in cache.entries(rows)) == [b"a", b"c", b"d"]
+    cache.store({b"e": rows[b"e"]})  # that read touched a, c and d in key order: a is now the oldest
+    kept = dict(cache.entries(rows))
+    assert sorted(kept) == [b"c", b"d", b"e"]
+    assert kept[b"e"].vectors.tobytes() == rows[b"e"].vectors.tobytes()
+
+
+def test_a_file_from_before_the_bound_keeps_its_entries(tmp_path):
+    cache = IndexCache(tmp_path, "feature-hash/64", CHUNKING)
+    cache.store({b"k": BuiltRows(np.ones((1, 64), np.float32), (("x",),))})
+    with sqlite3.connect(cache.path) as conn:
+        conn.execute("DROP TABLE used")
+    assert [key for key, _ in IndexCache(tmp_path, "feature-hash/64", CHUNKING).entries([b"k"])] == [b"k"]
+
+
 def test_other_chunking_or_embedder_reuses_nothing(tmp_path):
     c = corpus(20)
     build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))

@@ -50,6 +50,9 @@ def error_of(config: Path) -> InputError:
     ({"sweep": {"strategy": "grid", "knobs": {"rrf_k": {"low": 50, "high": 10}}}}, "sweep.knobs.rrf_k", "low <= high"),
     ({"sweep": "no-such-sweep"}, "sweep", "no sweeps/no-such-sweep.yaml"),
     ({"backend": {"kind": "embedded", "embedder": {"kind": "openai"}}}, "backend.embedder.model", "is required"),
+    ({"backend": {"kind": "embedded", "index_cache_mb": 0}}, "backend.index_cache_mb",
+     "0.0: expected a number of megabytes above 0"),
+    ({"backend": {"kind": "embedded", "index_cache_mb": "lots"}}, "backend.index_cache_mb", "'lots': expected float"),
 ])
 def test_config_errors_name_file_key_and_value(tmp_path, override, where, words):
     err = error_of(write_job(tmp_path, **override))

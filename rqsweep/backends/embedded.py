@@ -189,8 +189,8 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
                                  datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log,
                                  engine.cache_dir)
         else:
-            cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"))
-                     if engine.cache_dir else None)
+            cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"),
+                                engine.index_cache_mb) if engine.cache_dir else None)
             index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
     except BaseException:
         if cluster is not None:

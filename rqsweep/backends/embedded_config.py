@@ -3,6 +3,7 @@ their reader. Light on purpose: the config is read before any search, and long b
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -10,6 +11,11 @@ from typing import ClassVar, Literal
 
 from rqsweep.config import Chunking, Section, read_chunking
 from rqsweep.errors import InputError
+
+
+# The bound on the index cache's stored rows (cache_dir/index/), in megabytes: about 400,000 chunks of 1,024-d
+# float32 vectors with their lexemes.
+DEFAULT_MAX_MB = 2048
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class EmbeddedConfig:
     chunking: Chunking = Chunking()
     tie_order: Literal["postgres", "insertion"] = "postgres"
     cache_dir: Path | None = None
+    index_cache_mb: float = DEFAULT_MAX_MB  # the bound on cache_dir/index/'s stored rows
     # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
     # (rqsweep/embedder_sweep.py).
     embedders: tuple[tuple[str, EmbedderConfig], ...] = (("feature-hash-1024", EmbedderConfig()),)
@@ -53,7 +60,7 @@ class EmbeddedConfig:
 
 def read_embedded(sec: Section) -> EmbeddedConfig:
     """The `backend:` section of `kind: embedded` (the default)."""
-    sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir")
+    sec.only("kind", "embedder", "chunking", "tie_order", "cache_dir", "index_cache_mb")
     value = sec.data.get("embedder")
     value = {} if value is None else value
     if isinstance(value, list) and not value:
@@ -73,6 +80,8 @@ def read_embedded(sec: Section) -> EmbeddedConfig:
         chunking=read_chunking(sec.section("chunking", {})),
         tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
         cache_dir=(sec.file.parent / cache).resolve() if cache else None,
+        index_cache_mb=sec.get("index_cache_mb", float, DEFAULT_MAX_MB, lambda v: v > 0 and math.isfinite(v),
+                               "expected a number of megabytes above 0"),
         embedders=tuple(embedders.items()),
     )
 

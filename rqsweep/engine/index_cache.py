@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import sys
+import time
 import struct
 import zlib
 from array import array
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rqsweep.backends.embedded_config import DEFAULT_MAX_MB
 from rqsweep.config import Chunking
 from rqsweep.engine.embed.cache import cache_file_name, connect_wal
 from rqsweep.engine import runs
@@ -86,14 +88,17 @@ class BuiltRows:
 class IndexCache:
     """Built rows in `cache_dir`/index, one SQLite file per embedder identity (WAL: several processes may share it).
 
-    A damaged file is set aside and rebuilt, a damaged entry rebuilt, each with a warning through `warn`.
+    Entries are kept to `max_mb` megabytes (10**6 bytes) of stored rows: past it, the least recently used go
+    (an entry is used when a build reads or writes it). A damaged file is set aside and rebuilt, a damaged entry
+    rebuilt, each with a warning through `warn`.
     """
 
     def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
-                 warn: Callable[[str], None] = lambda _: None) -> None:
+                 warn: Callable[[str], None] = lambda _: None, max_mb: float = DEFAULT_MAX_MB) -> None:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
         self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
         self._warn = warn
+        self._max_bytes = int(max_mb * 1_000_000)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._create()
@@ -109,8 +114,8 @@ class IndexCache:
 
     def entries(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, BuiltRows]]:
         """The entries found for `keys`, one at a time as they are read (a caller can let each go before the next
-        is decoded); damaged ones are left out (they are rebuilt and stored again)."""
-        wanted = set(keys)
+        is decoded); damaged ones are left out (they are rebuilt and stored again). Those read count as used."""
+        wanted, read = set(keys), []
         try:
             with closing(connect_wal(self.path)) as conn:
                 # One scan: a rerun wants nearly every entry, and a scan reads them 5x faster than lookups by key.
@@ -121,22 +126,46 @@ class IndexCache:
                         except ValueError as exc:
                             self._warn(f"index cache {self.path}: a damaged entry is rebuilt ({exc})")
                             continue
+                        read.append(key)
                         yield key, entry
+                with conn:
+                    conn.executemany("UPDATE used SET at = ? WHERE key = ?", [(_now(), key) for key in read])
         except sqlite3.DatabaseError as exc:
             self._set_aside(exc)
             self._create()
 
     def store(self, entries: dict[bytes, BuiltRows]) -> None:
+        """Store `entries`, then let the least recently used go while the stored rows exceed the bound."""
         try:
             with closing(connect_wal(self.path)) as conn, conn:
-                conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)",
-                                 [(key, rows.to_bytes()) for key, rows in entries.items()])
+                blobs = [(key, rows.to_bytes()) for key, rows in entries.items()]
+                conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", blobs)
+                conn.executemany("INSERT OR REPLACE INTO used VALUES (?, ?, ?)",
+                                 [(key, _now(), len(blob)) for key, blob in blobs])
+                del blobs
+                excess = conn.execute("SELECT total(size) FROM used").fetchone()[0] - self._max_bytes
+                if excess > 0:
+                    evicted, freed = [], 0
+                    oldest = conn.execute("SELECT key, size FROM used ORDER BY at, key")
+                    for key, size in oldest:
+                        if freed >= excess:
+                            break
+                        evicted.append((key,))
+                        freed += size
+                    oldest.close()
+                    conn.executemany("DELETE FROM entries WHERE key = ?", evicted)
+                    conn.executemany("DELETE FROM used WHERE key = ?", evicted)
         except sqlite3.DatabaseError as exc:
             self._warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
 
     def _create(self) -> None:
         with closing(connect_wal(self.path)) as conn, conn:
             conn.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID")
+            # When each entry was last used and its size, apart: touching an entry must not rewrite its rows.
+            if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'used'").fetchone():
+                conn.execute("CREATE TABLE used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, size INTEGER NOT NULL) "
+                             "WITHOUT ROWID")
+                conn.execute("INSERT INTO used SELECT key, 0, length(rows) FROM entries")  # a file from before
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path.with_name(self.path.name + ".damaged")
@@ -144,3 +173,8 @@ class IndexCache:
         for suffix in ("-wal", "-shm"):
             self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
         self.path.replace(aside)
+
+
+def _now() -> int:
+    """When an entry is used, in nanoseconds: later uses sort after earlier ones."""
+    return time.time_ns()
