@@ -219,6 +219,16 @@ def test_the_job_says_what_it_reused(tmp_path):
     assert first.height > 0 and first.equals(second)
 
 
+def test_explain_builds_its_index_from_the_runs_cache(tmp_path):
+    from rqsweep import job
+    from rqsweep.report.explain import Recompute
+    from rqsweep.runfolder import read_run_folder
+    config = write_job(tmp_path, backend={"kind": "embedded", "cache_dir": "cache",
+                                          "embedder": {"kind": "feature-hash", "dimensions": 256}})
+    index = Recompute(read_run_folder(job.run(config, quiet=True).run_dir)).index()
+    assert (index.rows_built, index.rows_reused) == (0, 9)
+
+
 @pytest.mark.parametrize("blob", [b"", b"PK\x03\x04 truncated", b"\x00" * 64])
 def test_unreadable_entries_are_value_errors(blob):
     with pytest.raises(ValueError):

@@ -166,6 +166,13 @@ def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
     return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder
 
 
+def index_cache(config: EmbeddedConfig, embedder: Embedder, log: Callable[[str], None]) -> IndexCache | None:
+    """The index cache the config names (`cache_dir`/index/), its warnings through `log`; None without a
+    cache_dir."""
+    return (IndexCache(config.cache_dir, embedder.identity, config.chunking, lambda w: log(f"warning: {w}"),
+                       config.index_cache_mb) if config.cache_dir else None)
+
+
 def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: WorkersConfig | int,
                            log: Callable[[str], None], run_dir: Path | None = None,
                            advance: Callable[[float], None] = lambda _: None,
@@ -189,9 +196,8 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
                                  datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log,
                                  engine.cache_dir)
         else:
-            cache = (IndexCache(engine.cache_dir, embedder.identity, engine.chunking, lambda w: log(f"warning: {w}"),
-                                engine.index_cache_mb) if engine.cache_dir else None)
-            index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order, cache=cache)
+            index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order,
+                                cache=index_cache(engine, embedder, log))
     except BaseException:
         if cluster is not None:
             cluster.close()

@@ -9,6 +9,7 @@ followed through the ranking's steps (`engine.trace`): the floor, RRF, the recen
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -113,12 +114,14 @@ class Recompute:
 
     def index(self):
         if self._index is None:
-            from rqsweep.backends.embedded import build_embedder
+            from rqsweep.backends.embedded import build_embedder, index_cache
             from rqsweep.engine.index import Index
 
             engine = self.inputs.config.backend
-            self._index = Index.build(self.inputs.corpus, build_embedder(engine), engine.chunking,
-                                      tie_order=engine.tie_order)
+            embedder = build_embedder(engine)
+            # The run's index cache: explaining a query of a large corpus should not rebuild the index.
+            self._index = Index.build(self.inputs.corpus, embedder, engine.chunking, tie_order=engine.tie_order,
+                                      cache=index_cache(engine, embedder, lambda line: print(line, file=sys.stderr)))
         return self._index
 
     def all_ranked(self, knobs: Knobs) -> dict[str, list[RankedHit] | str]:
