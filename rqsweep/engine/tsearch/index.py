@@ -58,31 +58,30 @@ class LexicalIndex:
         key = _capped(key)
         # Cut a block of entries at a time into the narrowest types that hold them (positions: 14 bits), so the
         # temporaries stay small beside the keys. Entries of one lexeme in one row form a group.
-        n_entries, row_mask = len(key), (1 << row_bits) - 1
+        # An entry's row is its group's (`_entries`), so only groups keep one.
+        n_entries = len(key)
         self._pos = np.empty(n_entries, np.int16)
-        self._entry_row = np.empty(n_entries, np.int32)
         new_group = np.empty(n_entries, bool)
         groups_per_lexeme = np.zeros(len(self._vocab), np.int64)
         for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
             block = key[lo:lo + _ENTRIES_PER_BLOCK]
             self._pos[lo:lo + len(block)] = block & MAX_POSITION
             group = block >> _POS_KEY_BITS
-            self._entry_row[lo:lo + len(block)] = group & row_mask
             starts = new_group[lo:lo + len(block)]
             starts[1:] = group[1:] != group[:-1]
             starts[0] = lo == 0 or group[0] != key[lo - 1] >> _POS_KEY_BITS
             groups_per_lexeme += np.bincount(group[starts] >> row_bits, minlength=len(self._vocab))
-        del key
         n_groups = int(groups_per_lexeme.sum())
         self._group_entries = np.empty(n_groups + 1, np.int32 if n_entries < 2**31 else np.int64)
         self._group_entries[-1] = n_entries
+        self._group_row = np.empty(n_groups, np.int32)
         filled = 0
         for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
             starts = np.flatnonzero(new_group[lo:lo + _ENTRIES_PER_BLOCK]) + lo
             self._group_entries[filled:filled + len(starts)] = starts
+            self._group_row[filled:filled + len(starts)] = (key[starts] >> _POS_KEY_BITS) & ((1 << row_bits) - 1)
             filled += len(starts)
-        del new_group
-        self._group_row = self._entry_row[self._group_entries[:-1]]
+        del key, new_group
         self._lex_groups = np.append(0, np.cumsum(groups_per_lexeme))
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
@@ -117,12 +116,13 @@ class LexicalIndex:
         at = np.minimum(np.searchsorted(lex_rows, rows), len(lex_rows) - 1)
         return first + at, lex_rows[at] == rows
 
-    def _entries(self, lex: int, rows: np.ndarray) -> np.ndarray:
-        """Indices of the lexeme's entries in `rows` (ascending), row by row."""
+    def _entries(self, lex: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Indices of the lexeme's entries in `rows` (ascending), row by row, and each one's row."""
         groups, present = self._groups(lex, rows)
         groups = groups[present]
         starts = self._group_entries[groups]
-        return ranges(starts, self._group_entries[groups + 1] - starts)
+        sizes = self._group_entries[groups + 1] - starts
+        return ranges(starts, sizes), np.repeat(rows[present].astype(np.int64), sizes)
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -152,8 +152,8 @@ class LexicalIndex:
         of match positions cannot occur.
         """
         if isinstance(node, Lexeme):
-            entries = self._entries(self._vocab[node.value], rows)
-            return (self._entry_row[entries].astype(np.int64) << _POS_BITS) | self._pos[entries], 0
+            entries, entry_rows = self._entries(self._vocab[node.value], rows)
+            return (entry_rows << _POS_BITS) | self._pos[entries], 0
         left, lwidth = self._phrase_ends(node.left, rows)
         right, rwidth = self._phrase_ends(node.right, rows)
         ends = right[np.isin(right, left + (node.distance + rwidth), assume_unique=True)]
@@ -256,9 +256,8 @@ class LexicalIndex:
         row by row in tsvector order."""
         parts = []
         for number, word in enumerate(words):
-            entries = self._entries(self._vocab[word], rows)
-            parts.append((self._entry_row[entries].astype(np.int64) << 34) | (self._pos[entries].astype(np.int64) << 20)
-                         | number)
+            entries, entry_rows = self._entries(self._vocab[word], rows)
+            parts.append((entry_rows << 34) | (self._pos[entries].astype(np.int64) << 20) | number)
         # Entries of one position are ordered by lexeme (code point order), as in a tsvector.
         return np.sort(np.concatenate(parts))
 
