@@ -252,6 +252,33 @@ def test_aged_memories_stacked_equal_the_reference(case):
             assert found[s, q, : len(groups)].tolist() == positions_from_reference(cands, k, limit, ages, groups)
 
 
+def _crossing_ages(knobs, offsets):
+    """Ages at which a memory's blended score meets another item's, for the knobs' rrf_k and half-lives: the
+    factor 2^(-age/h) equals a ratio of two fused scores (positions 1 to 4 in each list), times 1 + an offset."""
+    ks = sorted({k.rrf_k for k in knobs})
+    hs = sorted({k.recency_half_life_days for k in knobs if k.recency_half_life_days > 0}) or [1.0]
+    fused = lambda k, a, b: (1.0 / (k + a) if a else 0.0) + (1.0 / (k + b) if b else 0.0)  # noqa: E731
+    scores = {fused(k, a, b) for k in ks for a in range(5) for b in range(5) if a or b}
+    ages = {h * np.log2(x / y) * (1 + e) for h in hs for x in scores for y in scores if x > y for e in offsets}
+    return sorted(a for a in ages if a > 0)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
+    st.just(limit), st.lists(query_case(limit), min_size=1, max_size=6), knob_lists(), st.randoms())))
+def test_aged_memories_at_their_crossing_points_equal_the_reference(case):
+    """Ages where a blended score meets another item's under one of the batch's half-lives, exactly and within
+    rounding of it: the crossing the fast path finds by binary search is checked exactly there."""
+    limit, queries, knobs, rng = case
+    ages = _crossing_ages(knobs, [0.0, 2e-16, -2e-16, 1e-12, -1e-12, 1e-9, -1e-9, 1e-6])
+    queries = [(cands, np.array([rng.choice(ages) for _ in range(len(a))]), groups) for cands, a, groups in queries]
+    plans = [plan_query(cands, groups, a) for cands, a, groups in queries]
+    found = stacked_positions(stack_plans(plans), SettingsBatch.from_knobs(knobs), limit)
+    for s, k in enumerate(knobs):
+        for q, (cands, a, groups) in enumerate(queries):
+            assert found[s, q, : len(groups)].tolist() == positions_from_reference(cands, k, limit, a, groups)
+
+
 @hsettings(max_examples=200, deadline=None)
 @given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
     st.just(limit), st.lists(st.tuples(query_case(limit), query_case(limit), st.booleans()), min_size=1, max_size=5),

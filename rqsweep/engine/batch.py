@@ -398,8 +398,9 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
 
     Each target is ranked against every item of its query in the order (blended score descending, undecayed
     first, fused position ascending), blended = fused score x `recency_factor`, as `recency_blend` computes
-    it: once per distinct (rrf_k, half-life) and per distinct V prefix its query keeps (floors that keep the
-    same prefix rank alike), all aged queries' targets at once.
+    it: per distinct V prefix its query keeps (floors that keep the same prefix rank alike), all aged queries'
+    targets at once. The items whose order against the target the knobs decide are placed, per rrf_k, on
+    either side of the half-life where they cross it (`_undecided_ahead`).
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
     ks, hs = settings.distinct_rrf_k, settings.distinct_half_life
@@ -424,8 +425,7 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     ahead, undecided = _blend_decided(age, decayed, in_v, l, insertion, item, others)
     # Scores and ties only where the order depends on rrf_k and the half-life: the undecided items and the targets.
     unit, column = np.nonzero(undecided)
-    bounds = np.searchsorted(unit, np.arange(len(units) + 1))
-    # (rrf_k values or half-lives, undecided): each undecided item's and its target's fused score and factor.
+    # (rrf_k values, undecided): each undecided item's and its target's fused score.
     target_item = item[unit]
     target_fused = reciprocal[:, v_kept[unit, target_item]] + reciprocal[:, l[unit, target_item]]
     contest_fused = reciprocal[:, v_kept[unit, column]] + reciprocal[:, l[unit, column]]
@@ -433,21 +433,11 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     before = (contest_fused > target_fused) | (
         (contest_fused == target_fused) & (insertion[unit, column] < insertion[unit, target_item]))
     contest_wins = (contest_decayed < target_decayed) | ((contest_decayed == target_decayed) & before)
-    factors = _blend_factors(np.concatenate([age[unit, target_item], age[unit, column]]),
-                             np.concatenate([target_decayed, contest_decayed]), hs)
-    target_factors, contest_factors = factors[:, : len(unit)], factors[:, len(unit) :]
-    target_present = present[each, item]
+    won = _undecided_ahead(target_fused, contest_fused, contest_wins,
+                           np.where(target_decayed, age[unit, target_item], 0.0),  # the age each factor decays
+                           np.where(contest_decayed, age[unit, column], 0.0), hs, unit, len(units))
     unit_rank = np.zeros((len(pairs), len(units) + 1), np.uint8)  # the last, never ranked, for other queries' rows
-    step = max(1, (1 << 16) // max(1, len(unit), len(units)))  # work arrays that stay in cache
-    won = np.zeros((min(step, len(pairs)), len(unit) + 1), np.int32)
-    for start in range(0, len(pairs), step):
-        part = pairs[start:start + step]
-        k_of, h_of = part // len(hs), part % len(hs)
-        target = target_fused[k_of] * target_factors[h_of]  # (part, undecided)
-        score = contest_fused[k_of] * contest_factors[h_of]
-        np.cumsum((score > target) | ((score == target) & contest_wins[k_of]), axis=1, out=won[:len(part), 1:])
-        counts = won[:len(part), bounds[1:]] - won[:len(part), bounds[:-1]]
-        unit_rank[start:start + step, :-1] = _cut(ahead + counts + 1, target_present, limit)
+    unit_rank[:, :-1] = _cut(ahead + won.reshape(len(ks) * len(hs), len(units))[pairs] + 1, present[each, item], limit)
     if not len(stack.key_starts):
         return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
     # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
@@ -485,14 +475,78 @@ def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, 
     return ahead.sum(axis=1), others & ~ahead & ~behind
 
 
-def _blend_factors(age_days: np.ndarray, decayed: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
-    """(half-lives, ...) `recency_factor` of each decayed item (1 for the others), one call per distinct age."""
-    factors = np.ones((len(half_lives), *age_days.shape))
-    ages, which = np.unique(age_days[decayed], return_inverse=True)
-    table = np.array([[recency_factor(a, h) for a in ages.tolist()] for h in half_lives.tolist()])
-    if len(ages):
-        factors[:, decayed] = table[:, which.ravel()]
-    return factors
+_MARGIN = 1e-9  # in ln(score): rounding moves a blended score's log by less than 1e-12 below _EXPONENT_CAP
+_EXPONENT_CAP = 900.0  # age / half-life: the factor 2^-(age/half-life) stays far from subnormal numbers below it
+
+
+def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: np.ndarray, target_age: np.ndarray,
+                     contest_age: np.ndarray, half_lives: np.ndarray, unit: np.ndarray, n_units: int) -> np.ndarray:
+    """(rrf_k values, half-lives, units) how many of each unit's undecided items are ahead of its target.
+
+    Item j (fused score F_j, the age a_j its factor decays, 0 for none) is ahead of the target t under a half-life
+    h when fl(F_j c_j) > fl(F_t c_t), c = `recency_factor` (the product as `recency_blend` takes it), or when
+    the two are equal and j wins the tie (`wins`). In exact arithmetic that is g(u) = ln F_j - ln F_t -
+    ln 2 (a_j - a_t) u > 0 with u = 1/h: linear in u, so over the half-lives sorted by u an item is ahead on a
+    prefix or a suffix, found by binary search, and each (rrf_k, item) costs a few operations however many
+    half-lives there are. Rounding (the division, C's pow, the product, numpy's log here) moves the scores' logs
+    by far less than `_MARGIN` while age / half-life stays below `_EXPONENT_CAP`; the half-lives within
+    `_MARGIN` of the crossing (exact ties among them) or past the cap are compared exactly, as `recency_blend`
+    compares them.
+    """
+    n_ks, n = target_fused.shape
+    n_hs = len(half_lives)
+    by_u = half_lives[::-1]
+    u = 1.0 / by_u  # increasing
+    slope = np.log(2.0) * (contest_age - target_age)  # (n,)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.log(contest_fused) - np.log(target_fused)  # (rrf_k values, n); an absent target (0) is never ranked
+        ends = (gap - _MARGIN) / slope, (gap + _MARGIN) / slope
+        capped = np.searchsorted(u, _EXPONENT_CAP / np.maximum(contest_age, target_age), side="right")  # (n,)
+    low, high = np.minimum(*ends), np.maximum(*ends)  # where g is within the margin: u in [low, high]
+    older = slope > 0  # g falls as u grows: ahead below `low`, behind above `high`
+    younger = slope < 0  # g grows with u: the other way round
+    exact_from = np.searchsorted(u, low, side="left")
+    # Few runs hold a half-life (the margin is narrow): the run's end is searched for those only.
+    exact_to = exact_from.copy()
+    banded = np.flatnonzero(np.append(u, np.inf)[exact_from] <= high)
+    exact_to.ravel()[banded] = np.searchsorted(u, high.ravel()[banded], side="right")
+    level = ~(older | younger)  # g = gap under every half-life
+    within = level & (np.abs(gap) <= _MARGIN)
+    exact_from = np.where(level, np.where(within, 0, n_hs), exact_from)
+    exact_to = np.where(level, n_hs, exact_to)
+    ahead_from = np.where(younger, exact_to, 0)
+    ahead_to = np.where(younger, n_hs, np.where(level & ~within, np.where(gap > 0, n_hs, 0), exact_from))
+    # Past the cap, exact to the end (one run: the exact half-lives before it are compared exactly too).
+    guarded = np.broadcast_to(capped < n_hs, exact_from.shape)
+    exact_from = np.where(guarded, np.minimum(exact_from, capped), exact_from)
+    exact_to = np.where(guarded, n_hs, exact_to)
+    ahead_to = np.where(guarded, np.maximum(ahead_from, np.minimum(ahead_to, exact_from)), ahead_to)
+    cell = (np.arange(n_ks)[:, None] * n_units + unit[None, :]) * (n_hs + 1)  # (rrf_k, unit)'s run of half-lives
+    size = n_ks * n_units * (n_hs + 1)
+    runs = np.bincount((cell + ahead_from).ravel(), minlength=size) - np.bincount((cell + ahead_to).ravel(),
+                                                                                   minlength=size)
+    count = np.cumsum(runs.reshape(n_ks, n_units, n_hs + 1), axis=2)[:, :, :n_hs]
+    # The exact comparisons, one per (rrf_k, item, half-life) in each exact run.
+    lengths = (exact_to - exact_from).ravel()
+    which = np.repeat(np.arange(n_ks * n), lengths)
+    if len(which):
+        h = exact_from.ravel()[which] + np.arange(len(which)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        k, j = np.divmod(which, n)
+        target = target_fused[k, j] * _factors(target_age[j], by_u[h])
+        score = contest_fused[k, j] * _factors(contest_age[j], by_u[h])
+        hit = (score > target) | ((score == target) & wins[k, j])
+        count += np.bincount((k * n_units + unit[j]) * n_hs + h, weights=hit,
+                             minlength=n_ks * n_units * n_hs).astype(count.dtype).reshape(count.shape)
+    return count[:, :, ::-1].transpose(0, 2, 1)  # half-lives increasing, as `half_lives`
+
+
+def _factors(age_days: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
+    """`recency_factor` of each (age, half-life), one call per distinct pair with a positive age (1 otherwise)."""
+    out = np.ones(len(age_days))
+    old = age_days > 0
+    pairs, which = np.unique(np.stack([age_days[old], half_lives[old]]), axis=1, return_inverse=True)
+    out[old] = np.array([recency_factor(a, h) for a, h in pairs.T.tolist()])[which.ravel()] if old.any() else 1.0
+    return out
 
 
 @dataclass(frozen=True)
