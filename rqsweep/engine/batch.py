@@ -437,7 +437,7 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
                            np.where(target_decayed, age[unit, target_item], 0.0),  # the age each factor decays
                            np.where(contest_decayed, age[unit, column], 0.0), hs, unit, len(units))
     unit_rank = np.zeros((len(pairs), len(units) + 1), np.uint8)  # the last, never ranked, for other queries' rows
-    unit_rank[:, :-1] = _cut(ahead + won.reshape(len(ks) * len(hs), len(units))[pairs] + 1, present[each, item], limit)
+    unit_rank[:, :-1] = _cut(ahead + won[pairs // len(hs), pairs % len(hs)] + 1, present[each, item], limit)
     if not len(stack.key_starts):
         return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
     # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
@@ -516,37 +516,38 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     exact_to = np.where(level, n_hs, exact_to)
     ahead_from = np.where(younger, exact_to, 0)
     ahead_to = np.where(younger, n_hs, np.where(level & ~within, np.where(gap > 0, n_hs, 0), exact_from))
-    # Past the cap, exact to the end (one run: the exact half-lives before it are compared exactly too).
-    guarded = np.broadcast_to(capped < n_hs, exact_from.shape)
-    exact_from = np.where(guarded, np.minimum(exact_from, capped), exact_from)
-    exact_to = np.where(guarded, n_hs, exact_to)
-    ahead_to = np.where(guarded, np.maximum(ahead_from, np.minimum(ahead_to, exact_from)), ahead_to)
-    cell = (np.arange(n_ks)[:, None] * n_units + unit[None, :]) * (n_hs + 1)  # (rrf_k, unit)'s run of half-lives
-    size = n_ks * n_units * (n_hs + 1)
-    runs = np.bincount((cell + ahead_from).ravel(), minlength=size) - np.bincount((cell + ahead_to).ravel(),
-                                                                                   minlength=size)
-    count = np.cumsum(runs.reshape(n_ks, n_units, n_hs + 1), axis=2)[:, :, :n_hs]
-    # The exact comparisons, one per (rrf_k, item, half-life) in each exact run.
-    lengths = (exact_to - exact_from).ravel()
-    which = np.repeat(np.arange(n_ks * n), lengths)
+    # Past the cap every half-life is compared exactly: the runs end there, and a second exact run follows.
+    exact_to = np.maximum(exact_from, np.minimum(exact_to, capped))
+    ahead_to = np.maximum(ahead_from, np.minimum(ahead_to, capped))
+    guarded = np.flatnonzero(capped < n_hs)
+    runs_of = np.concatenate([np.arange(n_ks * n), (np.arange(n_ks)[:, None] * n + guarded).ravel()])
+    exact_from = np.concatenate([exact_from.ravel(), np.tile(capped[guarded], n_ks)])
+    exact_to = np.concatenate([exact_to.ravel(), np.full(n_ks * len(guarded), n_hs)])
+    # Each (rrf_k, unit)'s count over the half-lives (in u order) as the running sum of +1 where an item's run of
+    # half-lives ahead starts and -1 where it ends; an exact comparison won is a run of one.
+    cell = np.arange(n_ks)[:, None] * ((n_hs + 1) * n_units) + unit[None, :]  # + i * n_units: half-life i
+    starts, ends = [(cell + ahead_from * n_units).ravel()], [(cell + ahead_to * n_units).ravel()]
+    some = np.flatnonzero(exact_to > exact_from)
+    lengths = exact_to[some] - exact_from[some]
+    which = np.repeat(some, lengths)
     if len(which):
-        h = exact_from.ravel()[which] + np.arange(len(which)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        k, j = np.divmod(which, n)
-        target = target_fused[k, j] * _factors(target_age[j], by_u[h])
-        score = contest_fused[k, j] * _factors(contest_age[j], by_u[h])
-        hit = (score > target) | ((score == target) & wins[k, j])
-        count += np.bincount((k * n_units + unit[j]) * n_hs + h, weights=hit,
-                             minlength=n_ks * n_units * n_hs).astype(count.dtype).reshape(count.shape)
-    return count[:, :, ::-1].transpose(0, 2, 1)  # half-lives increasing, as `half_lives`
-
-
-def _factors(age_days: np.ndarray, half_lives: np.ndarray) -> np.ndarray:
-    """`recency_factor` of each (age, half-life), one call per distinct pair with a positive age (1 otherwise)."""
-    out = np.ones(len(age_days))
-    old = age_days > 0
-    pairs, which = np.unique(np.stack([age_days[old], half_lives[old]]), axis=1, return_inverse=True)
-    out[old] = np.array([recency_factor(a, h) for a, h in pairs.T.tolist()])[which.ravel()] if old.any() else 1.0
-    return out
+        i = exact_from[which] + np.arange(len(which)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        k, j = np.divmod(runs_of[which], n)
+        involved = np.zeros(n, bool)
+        involved[j] = True
+        ages = np.unique(np.concatenate([target_age[involved], contest_age[involved]]))
+        factors = np.array([[recency_factor(a, x) for x in by_u.tolist()] for a in ages.tolist()])  # a call each
+        target = target_fused[k, j] * factors[np.searchsorted(ages, target_age[j]), i]
+        score = contest_fused[k, j] * factors[np.searchsorted(ages, contest_age[j]), i]
+        won = (score > target) | ((score == target) & wins[k, j])
+        at = cell[k[won], j[won]] + i[won] * n_units
+        starts.append(at)
+        ends.append(at + n_units)
+    size = n_ks * (n_hs + 1) * n_units
+    runs = (np.bincount(np.concatenate(starts), minlength=size) - np.bincount(np.concatenate(ends), minlength=size))
+    # One running sum down every row: each rrf_k's block of rows adds up to 0, so blocks do not leak.
+    count = np.cumsum(runs.reshape(n_ks * (n_hs + 1), n_units), axis=0, dtype=np.int32).reshape(n_ks, n_hs + 1, n_units)
+    return count[:, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
 
 
 @dataclass(frozen=True)
