@@ -145,7 +145,9 @@ _ALPHABET = list("aZe09.-_@:/~+&<>!?#;'\"\\=% \t\n") + [
 def test_fast_paths_agree_with_the_state_machine(text):
     expected = lexemes(text, fast=False)
     assert lexemes(text) == expected
-    assert RunCache().lexemes(text) == expected
+    block, alone = RunCache(), RunCache()
+    assert _read(block, *block.parts_of([text])) == [expected]
+    assert [w for n in alone.part_numbers(text) for w in alone.parts[n]] == expected
 
 
 def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:

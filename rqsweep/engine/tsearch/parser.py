@@ -534,12 +534,9 @@ class RunCache:
         self._runs = _Runs(self, anywhere=True)
         self._first_runs = _Runs(self, anywhere=False)  # a text's first run, when no whitespace precedes it
 
-    def lexemes(self, text: str) -> list[str | None]:
-        """`lexemes(text)`, reusing the lexemes of runs seen before."""
-        return list(chain.from_iterable(map(self.parts.__getitem__, self.part_numbers(text))))
-
     def part_numbers(self, text: str) -> list[int]:
-        """The parts whose lexemes, in order, are `encode(text)`."""
+        """The parts whose lexemes, in order, are `lexemes(text)`: one text alone, as `parts_of` reads texts
+        Arrow cannot hold."""
         if "<" in text:
             return [self.add(lexemes(text))]
         if _OTHER_SPACE.search(text) is None:
