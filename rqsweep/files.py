@@ -211,51 +211,104 @@ def write_parquet(path: Path, frame: pl.DataFrame, metadata: dict[str, str] | No
         pq.write_table(table, tmp)
 
 
-def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: dict[str, str] | None = None,
-                         rows_per_group: int = 1 << 20, statistics: bool | list[str] = True) -> None:
-    """Write a Parquet file atomically from frames made one at a time, so that the whole table is never in memory.
+class ParquetGroups:
+    """A Parquet file written atomically from frames made one at a time, so that the whole table is never in memory:
+    `add` each frame, then `close` (the file appears at `path`) or `abandon` (nothing appears). A run's job keeps one
+    open through its evaluation, so the file is written as the rows are made.
 
-    Frames (at least one, all of one schema) are gathered into row groups of at least `rows_per_group` rows
-    (the last may be smaller) and a frame is never split: a reader of one row group gets whole frames.
+    Frames (all of one schema) are gathered into row groups of at least `rows_per_group` rows (the last may be
+    smaller) and a frame is never split: a reader of one row group gets whole frames.
     `statistics`: the columns whose row groups get min/max statistics (all when True), which let a filtered
     read skip row groups; the data, schema and metadata do not depend on it.
     """
-    # pyarrow writes a row group on a thread (it releases the GIL) while the next frames are made: at most one
-    # row group is written while the next is gathered.
-    with _atomic(path) as tmp, ThreadPoolExecutor(1) as background:
-        writer: pq.ParquetWriter | None = None
-        writing: Future | None = None
-        pending: list[pl.DataFrame] = []
-        held = 0
 
-        def flush() -> None:
-            nonlocal writer, writing, pending, held
-            table = _arrow(pl.concat(pending), metadata)
-            pending, held = [], 0
-            if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, write_statistics=statistics)
-            else:
-                table = table.cast(writer.schema)
-            if writing is not None:
-                writing.result()
-            writing = background.submit(writer.write_table, table, row_group_size=max(table.num_rows, 1))
+    def __init__(self, path: Path, metadata: dict[str, str] | None = None, rows_per_group: int = 1 << 20,
+                 statistics: bool | list[str] = True):
+        self.path, self._metadata, self._rows_per_group, self._statistics = path, metadata, rows_per_group, statistics
+        self._files = contextlib.ExitStack()
+        self._tmp = self._files.enter_context(_atomic(path))
+        # pyarrow writes a row group on a thread (it releases the GIL) while the next frames are made: at most one
+        # row group is written while the next is gathered.
+        self._background = self._files.enter_context(ThreadPoolExecutor(1))
+        self._writer: pq.ParquetWriter | None = None
+        self._writing: Future | None = None
+        self._pending: list[pl.DataFrame] = []
+        self._held = 0
 
+    def add(self, frame: pl.DataFrame) -> None:
+        self._pending.append(frame)
+        self._held += frame.height
+        if self._held >= self._rows_per_group:
+            with self._failing():
+                self._flush()
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        """An error of the block abandons the file, through the atomic write (which names the file of an OSError)."""
         try:
-            for frame in frames:
-                pending.append(frame)
-                held += frame.height
-                if held >= rows_per_group:
-                    flush()
-            if pending:
-                flush()
-            if writer is None:
-                raise ValueError(f"no rows to write to {path}")
-            writing.result()
-        finally:
+            yield
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self._end()
+            if not self._files.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+
+    def _flush(self) -> None:
+        table = _arrow(pl.concat(self._pending), self._metadata)
+        self._pending, self._held = [], 0
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._tmp, table.schema, write_statistics=self._statistics)
+        else:
+            table = table.cast(self._writer.schema)
+        if self._writing is not None:
+            self._writing.result()
+        self._writing = self._background.submit(self._writer.write_table, table,
+                                                row_group_size=max(table.num_rows, 1))
+
+    def close(self) -> Path:
+        """Write what is gathered and put the file in place; ValueError when no frame was added."""
+        with self._failing():
+            if self._pending:
+                self._flush()
+            if self._writer is None:
+                raise ValueError(f"no rows to write to {self.path}")
+            self._end()
+        self._files.close()
+        return self.path
+
+    def abandon(self) -> None:
+        """Leave nothing behind (the temporary file is deleted); a no-op once closed or abandoned."""
+        with contextlib.suppress(Exception):  # the error of a row group being written is moot
+            self._end()
+        self._files.__exit__(_Abandoned, _Abandoned(), None)
+
+    def _end(self) -> None:
+        """Wait for the row group being written (raising its error) and close the writer."""
+        writing, writer, self._writing, self._writer = self._writing, self._writer, None, None
+        try:
             if writing is not None:
                 wait([writing])  # the writer is closed only once its row group is written
+                writing.result()
+        finally:
             if writer is not None:
                 writer.close()
+
+
+class _Abandoned(Exception):
+    """Thrown into the atomic write of an abandoned `ParquetGroups`, so that it deletes its temporary file."""
+
+
+def write_parquet_groups(path: Path, frames: Iterable[pl.DataFrame], metadata: dict[str, str] | None = None,
+                         rows_per_group: int = 1 << 20, statistics: bool | list[str] = True) -> None:
+    """Write a Parquet file atomically from frames made one at a time (at least one), as `ParquetGroups` does."""
+    groups = ParquetGroups(path, metadata, rows_per_group, statistics)
+    try:
+        for frame in frames:
+            groups.add(frame)
+    except BaseException:
+        groups.abandon()
+        raise
+    groups.close()
 
 
 ROWS_PER_PASS = 1_000_000

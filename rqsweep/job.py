@@ -21,26 +21,27 @@ from rqsweep.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
 from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
+from rqsweep.files import ParquetGroups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs, with_study
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
-from rqsweep.report.label_health import run_label_health
+from rqsweep.report.label_health import Tally, run_label_health, tally
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.report.summary import summarise
 from rqsweep.routing import Routing, route
 from rqsweep.runfolder import QUERIES, RunRecord, RunState, holding, mark, run_folder_of
 from rqsweep.runfolder.folder import remove_if_bare
 from rqsweep.runfolder.record import setting_summary
-from rqsweep.runfolder.tables import (Stamp, golden_table, grid_table, hits_table, knobs_of, query_table,
-                                      setting_knobs, table_metadata, write_grid, write_hits, write_queries,
-                                      write_label_health, write_ranked, write_routing, write_settings)
+from rqsweep.runfolder.tables import (Stamp, golden_table, grid_table, hits_table, knobs_of, open_queries,
+                                      query_table, setting_knobs, table_metadata, write_grid, write_hits,
+                                      write_queries, write_label_health, write_ranked, write_routing, write_settings)
 from rqsweep.space import grid
 from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
-from rqsweep.validation import CrossValidation, FoldSums, cross_validate, summary_lines
+from rqsweep.validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
 
 
 @dataclass
@@ -63,6 +64,18 @@ class Finished:
     rejected: dict[str, int]
     validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
     routing: Routing | None  # one setting per slice, validated by nested cross-validation (with `validation:`)
+    tallies: list[Tally]  # label health's, of every setting's rows
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the run's end needs of some settings' per-query rows, besides queries.parquet's rows themselves: their
+    slice means, knobs, fold sums (with `validation:`) and label health's tally."""
+
+    slices: pl.DataFrame
+    knobs: pl.DataFrame
+    folds: PartSums | None
+    tally: Tally
 
 
 class Sweep:
@@ -80,6 +93,15 @@ class Sweep:
         self._grades = {q.id: q.grades for q in self.golden.queries} if self.golden.graded else None
         self._baseline_rows: pl.DataFrame | None = None
         self.searching = 0.0  # seconds inside the backend's evaluate: the searches alone
+        self._golden_table = golden_table(self.golden)
+        validation = self.config.validation
+        self._folds = None if validation is None else FoldSums(self._golden_table, self.golden.slices,
+                                                               inputs.metrics, validation, 0)
+        # A new run scores each batch as it is evaluated and writes its queries.parquet rows then (`stream`); the
+        # end uses them when the state is still just those batches' parts.
+        self._queries: ParquetGroups | None = None
+        self._streamed: list[Path] = []
+        self._scores: list[Scores] = []
 
     def evaluate(self, settings: list[Knobs]) -> pl.DataFrame:
         """Evaluate and record the settings not finished yet; returns the rows just evaluated."""
@@ -90,8 +112,31 @@ class Sweep:
         started = time.monotonic()
         rows = self.backend.evaluate(todo)
         self.searching += time.monotonic() - started
-        self.state.record(rows)
+        part = self.state.record(rows)
+        if self._queries is not None and part is not None:
+            # Scored as the part holds them: a Parquet round trip drops polars' sorted flags, and a column flagged
+            # sorted takes group-by means down another summation order (last bits), so a resume adds up the same.
+            table, scores = self.scored_part(pl.from_arrow(self.state.as_recorded(rows).to_arrow()))
+            self._queries.add(table)
+            self._streamed.append(part)
+            self._scores.append(scores)
         return rows
+
+    def scored_part(self, rows: pl.DataFrame) -> tuple[pl.DataFrame, Scores]:
+        """Some settings' rows (every query of each) as queries.parquet's rows, and what the end needs of them."""
+        scored = self.scored(rows)
+        table = query_table(scored, self._golden_table, self.inputs.metrics, self.stamp)
+        return table, Scores(metrics.slice_metrics(scored, self.inputs.metrics), setting_knobs(rows),
+                             None if self._folds is None else self._folds.part(scored), tally(table))
+
+    def stream(self, metadata: dict[str, str]) -> None:
+        """Write queries.parquet as the settings are evaluated, when the run starts with nothing recorded."""
+        if not self.state.settings():
+            self._queries = open_queries(self.run_dir, metadata)
+
+    def abandon_stream(self) -> None:
+        if self._queries is not None:
+            self._queries.abandon()
 
     def rows_of(self, settings: list[Knobs]) -> pl.DataFrame:
         """Per-query rows of these settings, evaluating those not finished yet."""
@@ -159,30 +204,34 @@ class Sweep:
                     self.state.record(rows)
 
     def finish(self, metadata: dict[str, str]) -> Finished:
-        """Score the state a part at a time: stream queries.parquet, gather the slice means and the folds' sums as
-        it goes (no table of every (setting, query) is held), then choose and build the grid."""
+        """Score the state, choose and build the grid. A new run's evaluation scored each batch already (`stream`)
+        and wrote queries.parquet as it went; otherwise the state is read back a part at a time, scored and
+        streamed to queries.parquet, gathering the same (no table of every (setting, query) is held)."""
         names, obj = self.inputs.metrics, self.config.objective
-        golden = golden_table(self.golden)
-        per_slice: list[pl.DataFrame] = []
-        knobs: list[pl.DataFrame] = []
         n_settings = len(self.state.settings())
-        folds = None if self.config.validation is None else FoldSums(golden, self.golden.slices, names,
-                                                                     self.config.validation, n_settings)
-
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
         scoring = self.progress.phase(n_settings, f"{self.config.name} scoring", "settings")
+        if self._queries is not None and self.state.made_of(self._streamed):
+            queries_path, parts = self._queries.close(), self._scores
+            scoring(n_settings)
+        else:
+            self.abandon_stream()
+            parts = []
 
-        def query_chunks() -> Iterator[pl.DataFrame]:
-            for rows in self.state.chunks():
-                scored = self.scored(rows)
-                per_slice.append(metrics.slice_metrics(scored, names))
-                knobs.append(setting_knobs(rows))
-                if folds is not None:
-                    folds.add(scored)
-                yield query_table(scored, golden, names, self.stamp)
-                scoring(knobs[-1].height)
+            def query_chunks() -> Iterator[pl.DataFrame]:
+                for rows in self.state.chunks():
+                    table, scores = self.scored_part(rows)
+                    parts.append(scores)
+                    yield table
+                    scoring(scores.knobs.height)
 
-        queries_path = write_queries(self.run_dir, query_chunks(), metadata)
+            queries_path = write_queries(self.run_dir, query_chunks(), metadata)
+        per_slice, knobs = [p.slices for p in parts], [p.knobs for p in parts]
+        folds = None if self.config.validation is None else FoldSums(self._golden_table, self.golden.slices, names,
+                                                                     self.config.validation, n_settings)
+        if folds is not None:
+            for p in parts:
+                folds.extend(p.folds)
         slice_rows, settings = pl.concat(per_slice), pl.concat(knobs)
         means = SliceMeans.from_frame(slice_rows, settings["setting_id"].to_list(), self.golden.slices, names)
         verdicts = choose_best(means, self.baseline_id, (obj.metric, obj.slice), self.config.constraints,
@@ -195,7 +244,7 @@ class Sweep:
         cv = None if folds is None else cross_validate(folds, rows_of, self.baseline_id, objective,
                                                        self.config.constraints)
         routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
-        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes)
+        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes, [p.tally for p in parts])
 
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
@@ -290,6 +339,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     sweep = Sweep(inputs, backend, run_dir, run_id, progress)
     metadata = table_metadata(inputs, backend.profile)
     try:
+        sweep.stream(metadata)
         sweep.run(storage)
         evaluated = time.monotonic()
         done = sweep.finish(metadata)
@@ -303,6 +353,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
                            inputs.golden, sweep.stamp)
                 for row in done.settings.iter_rows(named=True)), metadata)
     finally:
+        sweep.abandon_stream()  # a no-op once queries.parquet is written
         backend.close()
     write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
@@ -316,7 +367,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
-    write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen), metadata)
+    write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
     write_report(run_dir, finished=False, phase=progress.phase)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.

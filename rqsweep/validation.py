@@ -126,6 +126,17 @@ def _means(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+@dataclass(frozen=True)
+class PartSums:
+    """`FoldSums.part`: some settings' (metrics, settings, folds, slices) sums and (settings, folds, slices)
+    successes and failures."""
+
+    settings: list[str]
+    sums: np.ndarray
+    successes: np.ndarray
+    failures: np.ndarray
+
+
 class FoldSums:
     """Per (setting, fold, slice): each metric's sum over successful searches, the successes and the failures.
 
@@ -158,15 +169,28 @@ class FoldSums:
     def add(self, rows: pl.DataFrame) -> None:
         """Sum a chunk of scored rows (setting_id, query_id, error and a column per metric) of settings not added
         before."""
+        self.extend(self.part(rows))
+
+    def part(self, rows: pl.DataFrame) -> PartSums:
+        """A chunk's sums as `add` makes them, without adding them (`extend` does): a run's evaluation sums each
+        batch it evaluates, and its end adds them up."""
         order = rows["setting_id"].unique(maintain_order=True).to_list()
         values, ok = matrices(rows, order, self.query_ids, self.metrics)
-        at = slice(len(self.settings), len(self.settings) + len(order))
+        shape = (len(order), self.folds, len(self.slices))
+        sums = np.zeros((len(self.metrics), *shape))
+        successes, failures = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
         for f, row in enumerate(self._cells):
             for s, columns in enumerate(row):
-                self._sums[:, at, f, s] = values[:, :, columns].sum(axis=2)
-                self._successes[at, f, s] = ok[:, columns].sum(axis=1)
-                self._failures[at, f, s] = (~ok[:, columns]).sum(axis=1)
-        self.settings += order
+                sums[:, :, f, s] = values[:, :, columns].sum(axis=2)
+                successes[:, f, s] = ok[:, columns].sum(axis=1)
+                failures[:, f, s] = (~ok[:, columns]).sum(axis=1)
+        return PartSums(order, sums, successes, failures)
+
+    def extend(self, part: PartSums) -> None:
+        """Add a `part`'s sums, of settings not added before."""
+        at = slice(len(self.settings), len(self.settings) + len(part.settings))
+        self._sums[:, at], self._successes[at], self._failures[at] = part.sums, part.successes, part.failures
+        self.settings += part.settings
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(metrics, settings, folds, slices) sums, (settings, folds, slices) successes and failures."""

@@ -18,7 +18,9 @@ Four kinds of finding, one row each in label_health.parquet (and in the report):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import polars as pl
 
@@ -32,24 +34,45 @@ SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query":
           "expected": pl.List(pl.String), "key": pl.String, "detail": pl.String}
 
 
-def _by_query(queries: pl.LazyFrame, baseline: str, chosen: str) -> tuple[pl.DataFrame, int]:
-    """Per query, what every setting's row says of it, and the number of settings. The table is read a pass at
-    a time, keeping what adds up exactly across passes (distinct ranks, maxima, counts); a query's text, slice and
-    labels are the same at every setting, so they come from the baseline's rows. (Aggregated whole, 100,000
-    settings x 165 queries held 1.7 GB.)"""
+@dataclass(frozen=True)
+class Tally:
+    """What label health keeps of some settings' per-query rows, exact across any split of the settings:
+    per query its best rank, successful searches and tie-sensitive ones, its distinct ranks, and the settings."""
+
+    counts: pl.DataFrame
+    ranks: pl.DataFrame
+    settings: pl.DataFrame
+
+
+def tally(rows: pl.DataFrame) -> Tally:
+    """The `Tally` of per-query rows (setting_id, query_id, rank, error, tie_sensitive): a run's job tallies each
+    batch of settings as it is evaluated, so that its end reads no per-query row again for label health."""
     ok = pl.col("error").is_null()
-    counts, ranks, settings, marked = [], [], [], []
-    for rows in in_passes(queries, "setting_id", "query_id", "rank", "error", "tie_sensitive"):
-        counts.append(rows.group_by("query_id").agg(
-            pl.col("rank").filter(ok).max().alias("max_rank"), ok.sum().alias("settings"),
-            pl.col("tie_sensitive").sum().alias("tie_settings")))
-        ranks.append(rows.filter(ok).select("query_id", "rank").unique())
-        settings.append(rows.select(pl.col("setting_id").unique()))
-        marked.append(rows.filter(pl.col("setting_id").is_in([baseline, chosen])))
-    distinct = pl.concat(ranks).unique().group_by("query_id").agg(pl.len().alias("ranks")).lazy()
-    summed = pl.concat(counts).group_by("query_id").agg(
+    return Tally(rows.group_by("query_id").agg(
+        pl.col("rank").filter(ok).max().alias("max_rank"), ok.sum().alias("settings"),
+        pl.col("tie_sensitive").sum().alias("tie_settings")),
+        rows.filter(ok).select("query_id", "rank").unique(), rows.select(pl.col("setting_id").unique()))
+
+
+def _by_query(queries: pl.LazyFrame, baseline: str, chosen: str,
+              tallies: Sequence[Tally] | None) -> tuple[pl.DataFrame, int]:
+    """Per query, what every setting's row says of it, and the number of settings: from `tallies` of every
+    setting's rows, else from the table read a pass at a time (aggregated whole, 100,000 settings x 165 queries
+    held 1.7 GB), each pass tallied. A query's text, slice and labels are the same at every setting, so they come
+    from the baseline's rows."""
+    marked_as = pl.col("setting_id").is_in([baseline, chosen])
+    if tallies is None:
+        tallies, marked = [], []
+        for rows in in_passes(queries, "setting_id", "query_id", "rank", "error", "tie_sensitive"):
+            tallies.append(tally(rows))
+            marked.append(rows.filter(marked_as))
+        marks = pl.concat(marked).lazy()
+    else:
+        marks = queries.filter(marked_as).select("setting_id", "query_id", "tie_sensitive")
+    distinct = pl.concat([t.ranks for t in tallies]).unique().group_by("query_id").agg(
+        pl.len().alias("ranks")).lazy()
+    summed = pl.concat([t.counts for t in tallies]).group_by("query_id").agg(
         pl.col("max_rank").max(), pl.col("settings").sum(), pl.col("tie_settings").sum()).lazy()
-    marks = pl.concat(marked).lazy()
 
     def tie_at(setting: str, name: str) -> pl.LazyFrame:
         return (marks.filter(pl.col("setting_id") == setting).group_by("query_id")
@@ -60,7 +83,7 @@ def _by_query(queries: pl.LazyFrame, baseline: str, chosen: str) -> tuple[pl.Dat
              .with_columns(pl.col("ranks").fill_null(0))
              .join(tie_at(baseline, "tie_at_baseline"), on="query_id", how="left")
              .join(tie_at(chosen, "tie_at_chosen"), on="query_id", how="left"))
-    total = pl.concat(settings).n_unique()
+    total = pl.concat([t.settings for t in tallies]).n_unique()
     return about.sort("slice", "query_id").collect().cast(
         {c: SCHEMA[c] for c in ("query_id", "slice", "query", "expected")}), total
 
@@ -86,11 +109,13 @@ def _suspects(ranked: pl.DataFrame, about: pl.DataFrame) -> pl.DataFrame:
         .alias("detail"))
 
 
-def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, chosen: str) -> pl.DataFrame:
+def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, chosen: str,
+                 tallies: Sequence[Tally] | None = None) -> pl.DataFrame:
     """The findings (schema SCHEMA), kind by kind in KINDS' order, from the per-query table (a lazy scan:
     setting_id, query_id, slice, query, expected, rank, error, tie_sensitive) and ranked lists (hits.parquet's
-    or ranked.parquet's columns)."""
-    about, total = _by_query(queries, baseline, chosen)
+    or ranked.parquet's columns). `tallies`: of every setting's rows, when they are made already (then the
+    table is read only for the baseline's and the chosen setting's rows)."""
+    about, total = _by_query(queries, baseline, chosen, tallies)
     never = about.filter((pl.col("max_rank") == 0) & (pl.col("settings") > 0)).select(
         pl.lit("never_found").alias("kind"), "query_id", "slice", "query", "expected", pl.lit(None).alias("key"),
         pl.format("no relevant item returned at any of {} settings", "settings").alias("detail"))
@@ -109,9 +134,11 @@ def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, cho
         "query_id", "key", maintain_order=True)
 
 
-def run_label_health(run_dir: Path, baseline: str, chosen: str) -> pl.DataFrame:
-    """The findings of a run folder's per-query table and the ranked lists it kept."""
-    return label_health(scan_queries(run_dir), read_ranked_lists(run_dir), baseline, chosen)
+def run_label_health(run_dir: Path, baseline: str, chosen: str,
+                     tallies: Sequence[Tally] | None = None) -> pl.DataFrame:
+    """The findings of a run folder's per-query table (or its `tallies`, made already) and the ranked lists it
+    kept."""
+    return label_health(scan_queries(run_dir), read_ranked_lists(run_dir), baseline, chosen, tallies)
 
 
 def label_health_blocks(run: RunFolder) -> list[Block]:

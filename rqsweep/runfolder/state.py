@@ -86,16 +86,26 @@ class RunState:
         """Every setting recorded, in the order of its first evaluation."""
         return list(self._first)
 
-    def record(self, rows: pl.DataFrame) -> None:
-        """Keep the rows of some settings, every query of each, in a new part."""
+    def record(self, rows: pl.DataFrame) -> Path | None:
+        """Keep the rows of some settings, every query of each, in a new part; returns its path (None: no rows)."""
         if rows.is_empty():
-            return
-        rows = rows.select(list(self.schema)).cast(self.schema)
+            return None
+        rows = self.as_recorded(rows)
         path = self.folder / f"part-{self._next:06d}.parquet"
         write_parquet(path, rows)
         self._next += 1
         self._units.append((path, None))
         self._index(len(self._units) - 1, rows)
+        return path
+
+    def as_recorded(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Rows as a part holds them: the schema's columns in its types."""
+        return rows.select(list(self.schema)).cast(self.schema)
+
+    def made_of(self, parts: Sequence[Path]) -> bool:
+        """Whether the state is these parts alone, in this order, each setting in one of them only: then `chunks`
+        yields each part's rows as `record` was given them."""
+        return self._units == [(p, None) for p in parts] and self._first == self._latest
 
     def rows_of(self, setting_ids: Collection[str]) -> pl.DataFrame:
         """The rows of some recorded settings, read from the parts that hold them."""

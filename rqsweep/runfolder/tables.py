@@ -29,7 +29,7 @@ from rqsweep import __version__, metrics
 from rqsweep.backends.base import RankedHit
 from rqsweep.constraints import Verdicts
 from rqsweep.errors import InputError
-from rqsweep.files import reading_parquet, write_json, write_parquet, write_parquet_groups
+from rqsweep.files import ParquetGroups, reading_parquet, write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import GoldenSet
 from rqsweep.inputs import Inputs
 from rqsweep.knobs import KNOBS, Knobs
@@ -80,9 +80,18 @@ QUERY_STATISTICS = ["setting_id", "query_id", "error"]
 
 
 def write_queries(run_dir: Path, chunks: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> Path:
-    """queries.parquet from `query_table` chunks of whole settings, a row group each; returns its path."""
+    """queries.parquet from `query_table` chunks of whole settings, in row groups of whole settings; returns its
+    path."""
     write_parquet_groups(run_dir / QUERIES, chunks, metadata, statistics=QUERY_STATISTICS)
     return run_dir / QUERIES
+
+
+def open_queries(run_dir: Path, metadata: Mapping[str, str]) -> ParquetGroups:
+    """queries.parquet as `write_queries` writes it, `query_table` chunks added as they are made (a run's job writes
+    it during its evaluation). The temporary file of a run killed while it was open is deleted first."""
+    for stale in run_dir.glob(f".{QUERIES}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    return ParquetGroups(run_dir / QUERIES, dict(metadata), statistics=QUERY_STATISTICS)
 
 
 def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:

@@ -1,0 +1,81 @@
+"""The run's end: a new run scores each batch as it is evaluated and writes queries.parquet then, and its tables equal
+those of the end that reads its state back and scores it again (what a resumed run's end does)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from rqsweep import job
+from rqsweep.runfolder import QUERIES
+from tests.minijob import write_job
+
+TABLES = ("grid.parquet", "queries.parquet", "hits.parquet", "settings.parquet", "label_health.parquet")
+
+
+def _tables(run_dir):
+    out = {name: (pl.read_parquet(run_dir / name), pq.read_schema(run_dir / name).metadata) for name in TABLES}
+    if (run_dir / "routing.json").exists():
+        out["routing.json"] = json.loads((run_dir / "routing.json").read_text())
+    return out
+
+
+@pytest.mark.parametrize("validation", [True, False])
+def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, validation):
+    config = write_job(tmp_path / "job", validation=validation)
+    written_early = []
+    finish = job.Sweep.finish
+
+    def finish_and_look(self, metadata):
+        # queries.parquet's rows are in its temporary file before the end begins, and no part is read back.
+        written_early.append(bool(list(self.run_dir.glob(f".{QUERIES}.*.tmp"))))
+        monkeypatch.setattr(self.state, "chunks", None)
+        return finish(self, metadata)
+
+    monkeypatch.setattr(job.Sweep, "finish", finish_and_look)
+    new = job.run(config, quiet=True, output_dir=tmp_path / "out")
+    monkeypatch.setattr(job.Sweep, "finish", finish)
+    assert written_early == [True]
+
+    again = tmp_path / "again" / new.run_dir.name
+    shutil.copytree(new.run_dir, again)
+    # A finished run resumed: its state is queries.parquet's row groups, read back and scored again.
+    job.run(config, quiet=True, resume=again)
+    first, second = _tables(new.run_dir), _tables(again)
+    assert first.keys() == second.keys() and ("routing.json" in first) == validation
+    for name in first:
+        if name == "routing.json":
+            assert first[name] == second[name]
+            continue
+        (frame, metadata), (frame_again, metadata_again) = first[name], second[name]
+        assert frame.equals(frame_again), name
+        assert metadata == metadata_again, name
+    assert first["queries.parquet"][0].height == first["settings.parquet"][0].height * 10
+
+
+def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, monkeypatch):
+    config = write_job(tmp_path / "job")
+    evaluate, calls = job.Sweep.evaluate, []
+
+    def interrupted_after_the_baseline(self, settings):
+        calls.append(1)
+        if len(calls) == 2:  # the baseline is evaluated first, then the grid
+            raise KeyboardInterrupt
+        return evaluate(self, settings)
+
+    monkeypatch.setattr(job.Sweep, "evaluate", interrupted_after_the_baseline)
+    with pytest.raises(KeyboardInterrupt):
+        job.run(config, quiet=True, output_dir=tmp_path / "out")
+    (run_dir,) = (tmp_path / "out" / "mini").iterdir()
+    assert list((run_dir / "state").glob("part-*.parquet"))  # what finished is kept
+    assert not list(run_dir.glob(f".{QUERIES}.*")) and not (run_dir / QUERIES).exists()
+    monkeypatch.setattr(job.Sweep, "evaluate", evaluate)
+    resumed = job.run(config, quiet=True, resume=run_dir)
+    clean = job.run(config, quiet=True, output_dir=tmp_path / "clean")
+    assert resumed.grid.drop("run_id").equals(clean.grid.drop("run_id"))
+    assert pl.read_parquet(run_dir / QUERIES).drop("run_id").equals(
+        pl.read_parquet(clean.run_dir / QUERIES).drop("run_id"))
