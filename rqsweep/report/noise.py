@@ -10,6 +10,7 @@ from rqsweep.noise import ALPHA, POWER, SliceNoise, bound_warnings, slice_noise
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import QUERIES, RunFolder
+from rqsweep.runfolder.tables import row_groups
 
 
 def noise_metrics(run: RunFolder) -> list[str]:
@@ -20,7 +21,9 @@ def noise_metrics(run: RunFolder) -> list[str]:
 
 def run_noise(run: RunFolder, metrics: list[str] | None = None) -> dict[tuple[str, str], SliceNoise]:
     """(slice, metric) -> its noise figures, from the run's per-query table."""
-    figures = slice_noise(run.scan(QUERIES), run.baseline, metrics or noise_metrics(run))
+    metrics = metrics or noise_metrics(run)
+    figures = slice_noise(run.scan(QUERIES), run.baseline, metrics,
+                          row_groups(run.path, QUERIES, ["setting_id", "query_id", "slice", "error", *metrics]))
     return {(n.slice, n.metric): n for n in figures}
 
 

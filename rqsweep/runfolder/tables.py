@@ -11,7 +11,7 @@ metrics made of them, and written here (atomically, by `rqsweep.files`):
   (`rqsweep.report.label_health`).
 
 Each carries the run's key-value metadata (`table_metadata`), and is read back here too (`read_table`,
-`table_parts`, `read_metadata`, `scan_queries`, `read_ranked_lists`, `read_routing`). A column the whole run
+`table_parts`, `row_groups`, `read_metadata`, `scan_queries`, `read_ranked_lists`, `read_routing`). A column the whole run
 shares is a field of `Stamp`; a column of one table is added to that table's function.
 """
 
@@ -143,6 +143,14 @@ def table_parts(run_dir: Path, table: str) -> Iterator[pl.DataFrame]:
     path = run_dir / table
     with reading_parquet(path):
         yield from (pl.from_arrow(part) for part in pq.ParquetFile(path).iter_batches(batch_size=1 << 20))
+
+
+def row_groups(run_dir: Path, table: str, columns: Sequence[str]) -> Iterator[pl.DataFrame]:
+    """Some columns of one of the folder's tables, a row group at a time: queries.parquet's hold whole settings."""
+    path = run_dir / table
+    with reading_parquet(path):
+        file = pq.ParquetFile(path)
+        yield from (pl.from_arrow(file.read_row_group(g, columns=list(columns))) for g in range(file.num_row_groups))
 
 
 def read_metadata(run_dir: Path, table: str) -> dict[str, str]:
