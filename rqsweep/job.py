@@ -25,6 +25,7 @@ from rqsweep.files import ParquetGroups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs, with_study
 from rqsweep.knobs import Knobs
+from rqsweep.noise import SliceNoise, baseline_values, noise_of, setting_spreads
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.label_health import Tally, run_label_health, tally
@@ -65,17 +66,20 @@ class Finished:
     validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
     routing: Routing | None  # one setting per slice, validated by nested cross-validation (with `validation:`)
     tallies: list[Tally]  # label health's, of every setting's rows
+    noise: list[SliceNoise] | None  # the report's noise figures, when the evaluation made them (`Sweep.stream`)
 
 
 @dataclass(frozen=True)
 class Scores:
     """What the run's end needs of some settings' per-query rows, besides queries.parquet's rows themselves: their
-    slice means, knobs, fold sums (with `validation:`) and label health's tally."""
+    slice means, knobs, fold sums (with `validation:`), label health's tally and the noise figures' spreads (made
+    as they are evaluated, once the baseline's values are known)."""
 
     slices: pl.DataFrame
     knobs: pl.DataFrame
     folds: PartSums | None
     tally: Tally
+    spreads: pl.DataFrame | None = None
 
 
 class Sweep:
@@ -102,6 +106,7 @@ class Sweep:
         self._queries: ParquetGroups | None = None
         self._streamed: list[Path] = []
         self._scores: list[Scores] = []
+        self._noise_base: pl.DataFrame | None = None  # the baseline's values, from its batch (the first)
 
     def evaluate(self, settings: list[Knobs]) -> pl.DataFrame:
         """Evaluate and record the settings not finished yet; returns the rows just evaluated."""
@@ -119,6 +124,12 @@ class Sweep:
             table, scores = self.scored_part(pl.from_arrow(self.state.as_recorded(rows).to_arrow()))
             self._queries.add(table)
             self._streamed.append(part)
+            names = self.inputs.metrics
+            if self._noise_base is None and any(s.id == self.baseline_id for s in todo):
+                self._noise_base = baseline_values(table.lazy(), self.baseline_id, names)
+            if self._noise_base is not None:
+                scores = replace(scores, spreads=setting_spreads(table.lazy(), self._noise_base, self.baseline_id,
+                                                                 names))
             self._scores.append(scores)
         return rows
 
@@ -211,8 +222,11 @@ class Sweep:
         n_settings = len(self.state.settings())
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
         scoring = self.progress.phase(n_settings, f"{self.config.name} scoring", "settings")
+        noise = None
         if self._queries is not None and self.state.made_of(self._streamed):
             queries_path, parts = self._queries.close(), self._scores
+            if all(p.spreads is not None for p in parts):
+                noise = noise_of(self._noise_base, pl.concat([p.spreads for p in parts]), names)
             scoring(n_settings)
         else:
             self.abandon_stream()
@@ -244,7 +258,8 @@ class Sweep:
         cv = None if folds is None else cross_validate(folds, rows_of, self.baseline_id, objective,
                                                        self.config.constraints)
         routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
-        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes, [p.tally for p in parts])
+        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes, [p.tally for p in parts],
+                        noise)
 
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
@@ -368,7 +383,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
-    write_report(run_dir, finished=False, phase=progress.phase)
+    write_report(run_dir, finished=False, phase=progress.phase, noise=done.noise)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
     record.finish(

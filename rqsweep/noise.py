@@ -75,26 +75,38 @@ def slice_noise(queries: pl.LazyFrame, baseline: str, metrics: Sequence[str],
     the pairs, so n counts the baseline's successful searches. `passes`: the same rows in frames of whole
     settings (queries.parquet's row groups), each setting's spread taken a frame at a time: aggregated whole,
     the table of 100,000 settings x 165 queries held about 0.5 GB."""
-    ok = pl.col("error").is_null()
-    base = queries.filter(ok & (pl.col("setting_id") == baseline)).select(
+    base = baseline_values(queries, baseline, metrics)
+    frames = [queries] if passes is None else (rows.select(PASS_COLUMNS + list(metrics)).lazy() for rows in passes)
+    return noise_of(base, pl.concat([setting_spreads(rows, base, baseline, metrics) for rows in frames]), metrics)
+
+
+PASS_COLUMNS = ["setting_id", "query_id", "slice", "error"]  # what `setting_spreads` reads, besides the metrics
+
+
+def baseline_values(queries: pl.LazyFrame, baseline: str, metrics: Sequence[str]) -> pl.DataFrame:
+    """The baseline's successful searches: query_id, slice and each metric's value (`_b_<metric>`)."""
+    return queries.filter(pl.col("error").is_null() & (pl.col("setting_id") == baseline)).select(
         "query_id", "slice", *(pl.col(m).alias(f"_b_{m}") for m in metrics)).collect()
 
-    def spread_of(rows: pl.LazyFrame) -> pl.LazyFrame:
-        pairs = rows.filter(ok & (pl.col("setting_id") != baseline)).join(
-            base.lazy().drop("slice"), on="query_id").with_columns(
-            (pl.col(m) - pl.col(f"_b_{m}")).alias(f"_d_{m}") for m in metrics)
-        return pairs.group_by("setting_id", "slice").agg(
-            *(pl.col(f"_d_{m}").var(ddof=1).alias(f"_v_{m}") for m in metrics),
-            *((pl.col(f"_d_{m}") != 0).any().alias(f"_moves_{m}") for m in metrics))
 
-    columns = ["setting_id", "query_id", "slice", "error", *metrics]
-    per_setting = (spread_of(queries) if passes is None else
-                   pl.concat([spread_of(rows.select(columns).lazy()).collect() for rows in passes]).lazy())
-    spread = per_setting.group_by("slice").agg(
+def setting_spreads(rows: pl.LazyFrame, base: pl.DataFrame, baseline: str, metrics: Sequence[str]) -> pl.DataFrame:
+    """Per (setting, slice) of whole settings' rows: each metric's variance of the differences from the baseline
+    (`baseline_values`) and whether any differs. A run's job takes them of each batch it evaluates."""
+    pairs = rows.filter(pl.col("error").is_null() & (pl.col("setting_id") != baseline)).join(
+        base.lazy().drop("slice"), on="query_id").with_columns(
+        (pl.col(m) - pl.col(f"_b_{m}")).alias(f"_d_{m}") for m in metrics)
+    return pairs.group_by("setting_id", "slice").agg(
+        *(pl.col(f"_d_{m}").var(ddof=1).alias(f"_v_{m}") for m in metrics),
+        *((pl.col(f"_d_{m}") != 0).any().alias(f"_moves_{m}") for m in metrics)).collect()
+
+
+def noise_of(base: pl.DataFrame, spreads: pl.DataFrame, metrics: Sequence[str]) -> list[SliceNoise]:
+    """`slice_noise`'s figures from the baseline's values and every setting's `setting_spreads`."""
+    spread = spreads.group_by("slice").agg(
         *(pl.col(f"_v_{m}").filter(pl.col(f"_moves_{m}")).mean().alias(f"_v_{m}") for m in metrics),
         *(pl.col(f"_moves_{m}").sum().alias(f"_moves_{m}") for m in metrics))
-    sizes = base.lazy().group_by("slice").agg(pl.len().alias("queries"))
-    table = sizes.join(spread, on="slice", how="left").sort("slice").collect()
+    sizes = base.group_by("slice").agg(pl.len().alias("queries"))
+    table = sizes.join(spread, on="slice", how="left").sort("slice")
     out = []
     for row in table.iter_rows(named=True):
         for m in metrics:

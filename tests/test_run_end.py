@@ -37,14 +37,23 @@ def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, val
         return finish(self, metadata)
 
     monkeypatch.setattr(job.Sweep, "finish", finish_and_look)
+    noise_given, write_report = [], job.write_report
+
+    def write_report_and_look(run_dir, **kwargs):
+        noise_given.append(kwargs["noise"] is not None)
+        return write_report(run_dir, **kwargs)
+
+    monkeypatch.setattr(job, "write_report", write_report_and_look)
     new = job.run(config, quiet=True, output_dir=tmp_path / "out")
     monkeypatch.setattr(job.Sweep, "finish", finish)
     assert written_early == [True]
+    assert noise_given == [True]  # and a resume's end leaves them to the report, which reads queries.parquet
 
     again = tmp_path / "again" / new.run_dir.name
     shutil.copytree(new.run_dir, again)
     # A finished run resumed: its state is queries.parquet's row groups, read back and scored again.
     job.run(config, quiet=True, resume=again)
+    assert noise_given == [True, False]
     first, second = _tables(new.run_dir), _tables(again)
     assert first.keys() == second.keys() and ("routing.json" in first) == validation
     for name in first:
@@ -55,6 +64,16 @@ def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, val
         assert frame.equals(frame_again), name
         assert metadata == metadata_again, name
     assert first["queries.parquet"][0].height == first["settings.parquet"][0].height * 10
+    # The report's noise figures, made as the settings were evaluated, are those read back from queries.parquet.
+    assert _noise_section(new.run_dir) == _noise_section(again)
+
+
+def _noise_section(run_dir):
+    text = (run_dir / "report.md").read_text()
+    start = text.index("How much noise the bounds sit in")
+    section = text[start:text.index("\n#", start)]
+    assert "MDD" in section
+    return section
 
 
 def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, monkeypatch):

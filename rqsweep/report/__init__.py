@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from rqsweep.report import document
 from rqsweep.report.render import to_html, to_markdown
 from rqsweep.files import write_text
+from rqsweep.noise import SliceNoise
 from rqsweep.progress import Phase, silent_phase
 from rqsweep.runfolder import read_run_folder
 
 __all__ = ["write_report"]
 
 
-def write_report(run_dir: Path, *, finished: bool = True, phase: Phase = silent_phase) -> tuple[Path, Path]:
+def write_report(run_dir: Path, *, finished: bool = True, phase: Phase = silent_phase,
+                 noise: Sequence[SliceNoise] | None = None) -> tuple[Path, Path]:
     """Write `report.md` and `report.html` into `run_dir` from its grid.parquet and queries.parquet alone,
-    showing its progress as `phase` (`Progress.phase`) does.
+    showing its progress as `phase` (`Progress.phase`) does; `noise`: the noise figures, when the run's job made
+    them as it evaluated (`rqsweep.noise.noise_of`).
 
     Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder
     (`finished=False`: the run writing its own report before it marks its folder complete).
     """
     run = read_run_folder(run_dir, finished=finished)
-    blocks = document.build(run, phase(document.STEPS, f"{run.name} report", "parts"))
+    blocks = document.build(run, phase(document.STEPS, f"{run.name} report", "parts"), noise)
     md, page = run_dir / "report.md", run_dir / "report.html"
     write_text(md, to_markdown(blocks))
     write_text(page, to_html(blocks, f"rqsweep report: {run.name} {run.run_id}"))

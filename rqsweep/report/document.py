@@ -3,7 +3,7 @@ then why, then the costs, and the per-query detail last."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import polars as pl
 
@@ -11,6 +11,7 @@ from rqsweep.backends.base import describe_profile
 from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS, blends
+from rqsweep.noise import SliceNoise
 from rqsweep.report import plots
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
@@ -192,26 +193,28 @@ def _recency(run: RunFolder) -> list[Block]:
 
 
 # The report's sections in order: the decision, its cost per slice and the plots first; the per-query detail,
-# widest, last. Each is (run folder, knob tables, cross-validation) -> blocks.
+# widest, last. Each is (run folder, knob tables, cross-validation, noise figures made by the job or None) -> blocks.
 _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
-    lambda run, tables, cv: _headline(run, cv), lambda run, tables, cv: _comparison(run),
-    lambda run, tables, cv: _plots(run, tables), lambda run, tables, cv: _held_out(run, cv),
-    lambda run, tables, cv: routing_blocks(run.path, metric_label(run.objective[0])),
-    lambda run, tables, cv: _significance(run, cv), lambda run, tables, cv: _knobs(run, tables),
-    lambda run, tables, cv: _infeasible(run), lambda run, tables, cv: ladder_blocks(run),
-    lambda run, tables, cv: noise_blocks(run), lambda run, tables, cv: _recency(run),
-    lambda run, tables, cv: label_health_blocks(run), lambda run, tables, cv: _changed(run))
+    lambda run, tables, cv, noise: _headline(run, cv), lambda run, tables, cv, noise: _comparison(run),
+    lambda run, tables, cv, noise: _plots(run, tables), lambda run, tables, cv, noise: _held_out(run, cv),
+    lambda run, tables, cv, noise: routing_blocks(run.path, metric_label(run.objective[0])),
+    lambda run, tables, cv, noise: _significance(run, cv), lambda run, tables, cv, noise: _knobs(run, tables),
+    lambda run, tables, cv, noise: _infeasible(run), lambda run, tables, cv, noise: ladder_blocks(run),
+    lambda run, tables, cv, noise: noise_blocks(run, noise), lambda run, tables, cv, noise: _recency(run),
+    lambda run, tables, cv, noise: label_health_blocks(run), lambda run, tables, cv, noise: _changed(run))
 STEPS = 2 + len(_SECTIONS)  # what `build` counts: the knob tables, the cross-validation, then each section
 
 
-def build(run: RunFolder, step: Callable[[int], None] = lambda _: None) -> list[Block]:
-    """The report's blocks for one run folder; `step(1)` after each of its `STEPS` parts (a `Progress`)."""
+def build(run: RunFolder, step: Callable[[int], None] = lambda _: None,
+          noise: Sequence[SliceNoise] | None = None) -> list[Block]:
+    """The report's blocks for one run folder; `step(1)` after each of its `STEPS` parts (a `Progress`).
+    `noise`: the noise figures, when the run's job made them as it evaluated (else read from queries.parquet)."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS}
     step(1)
     cv = run_cross_validation(run)
     step(1)
     blocks: list[Block] = []
     for section in _SECTIONS:
-        blocks += section(run, tables, cv)
+        blocks += section(run, tables, cv, noise)
         step(1)
     return blocks

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import polars as pl
 
 from rqsweep.constraints import constraint_slices
 from rqsweep.metrics import GATED
-from rqsweep.noise import ALPHA, POWER, SliceNoise, bound_warnings, slice_noise
+from rqsweep.noise import ALPHA, PASS_COLUMNS, POWER, SliceNoise, bound_warnings, slice_noise
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import QUERIES, RunFolder
@@ -19,12 +21,15 @@ def noise_metrics(run: RunFolder) -> list[str]:
     return [m for m in run.metrics if m in wanted]
 
 
-def run_noise(run: RunFolder, metrics: list[str] | None = None) -> dict[tuple[str, str], SliceNoise]:
-    """(slice, metric) -> its noise figures, from the run's per-query table."""
+def run_noise(run: RunFolder, metrics: list[str] | None = None,
+              figures: Sequence[SliceNoise] | None = None) -> dict[tuple[str, str], SliceNoise]:
+    """(slice, metric) -> its noise figures, of `metrics` (default `noise_metrics`): `figures` when the run's job
+    made them already (of these metrics or more), else from the run's per-query table, a row group at a time."""
     metrics = metrics or noise_metrics(run)
-    figures = slice_noise(run.scan(QUERIES), run.baseline, metrics,
-                          row_groups(run.path, QUERIES, ["setting_id", "query_id", "slice", "error", *metrics]))
-    return {(n.slice, n.metric): n for n in figures}
+    if figures is None:
+        figures = slice_noise(run.scan(QUERIES), run.baseline, metrics,
+                              row_groups(run.path, QUERIES, [*PASS_COLUMNS, *metrics]))
+    return {(n.slice, n.metric): n for n in figures if n.metric in metrics}
 
 
 def constraint_warnings(run: RunFolder, noise: dict[tuple[str, str], SliceNoise]) -> list[str]:
@@ -38,9 +43,9 @@ def constraint_warnings(run: RunFolder, noise: dict[tuple[str, str], SliceNoise]
     return words
 
 
-def noise_blocks(run: RunFolder) -> list[Block]:
+def noise_blocks(run: RunFolder, figures: Sequence[SliceNoise] | None = None) -> list[Block]:
     metrics = noise_metrics(run)
-    noise = run_noise(run, metrics)
+    noise = run_noise(run, metrics, figures)
     slices = sorted({s for s, _ in noise})
     rows = []
     for s in slices:
