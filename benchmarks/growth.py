@@ -353,9 +353,10 @@ def table(cells: list[Cell]) -> str:
 
 
 def phase_table(cells: list[Cell]) -> str:
-    """run.json's phases per measured cell, each with its share of the job's total; the run's end is score (the
-    state scored, queries.parquet, cross-validation, the other tables) plus report."""
-    head = "| chunks | settings | queries | total | " + " | ".join(PHASES) + " | the run's end (score + report) |"
+    """run.json's phases per measured cell, each with its share of the job's total, beside the job's CPU and peak
+    RSS; the run's end is score (cross-validation, routing, the tables, and the scoring left for it) plus report."""
+    head = ("| chunks | settings | queries | total | job CPU | " + " | ".join(PHASES)
+            + " | the run's end (score + report) | peak RSS |")
     rows = [head, "|" + " --- |" * (head.count("|") - 1)]
     for c in sorted(cells, key=lambda c: (c.chunks, c.queries, c.settings)):
         if c.outcome:
@@ -363,8 +364,9 @@ def phase_table(cells: list[Cell]) -> str:
         f, total = c.figures["phases"], c.figures["total"]
         end = f["score"] + f["report"]
         rows.append(f"| {c.chunks:,} | {c.settings:,} | {c.queries:,} | {seconds(total)} | "
+                    f"{seconds(c.figures['cpu'])} | "
                     + " | ".join(f"{seconds(f[p])} ({f[p] / total:.0%})" for p in PHASES)
-                    + f" | {seconds(end)} ({end / total:.0%}) |")
+                    + f" | {seconds(end)} ({end / total:.0%}) | {size(c.figures['rss'])} |")
     return "\n".join(rows)
 
 

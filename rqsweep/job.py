@@ -141,8 +141,9 @@ class Sweep:
                              None if self._folds is None else self._folds.part(scored), tally(table))
 
     def stream(self, metadata: dict[str, str]) -> None:
-        """Write queries.parquet as the settings are evaluated, when the run starts with nothing recorded."""
-        if not self.state.settings():
+        """Write queries.parquet as the settings are evaluated, when a grid run starts with nothing recorded. (An
+        optimise run evaluates a setting at a time: scoring each alone would cost more than its end's pass.)"""
+        if not self.state.settings() and self.config.sweep.strategy == "grid":
             self._queries = open_queries(self.run_dir, metadata)
 
     def abandon_stream(self) -> None:

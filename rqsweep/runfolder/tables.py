@@ -77,12 +77,15 @@ def table_metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
 # The columns queries.parquet's readers filter on. Min/max statistics of the others (query texts, lists of
 # keys and positions) cost about a sixth of pyarrow's write at 100,000 settings, and no read uses them.
 QUERY_STATISTICS = ["setting_id", "query_id", "error"]
+# Rows of queries.parquet gathered before a row group is written: a run writes it during its evaluation, beside
+# the backend's memory, and holds about three copies of a group's rows (gathered, turned to Arrow, being written).
+QUERY_ROWS_PER_GROUP = 1 << 18
 
 
 def write_queries(run_dir: Path, chunks: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> Path:
     """queries.parquet from `query_table` chunks of whole settings, in row groups of whole settings; returns its
     path."""
-    write_parquet_groups(run_dir / QUERIES, chunks, metadata, statistics=QUERY_STATISTICS)
+    write_parquet_groups(run_dir / QUERIES, chunks, metadata, QUERY_ROWS_PER_GROUP, QUERY_STATISTICS)
     return run_dir / QUERIES
 
 
@@ -91,7 +94,7 @@ def open_queries(run_dir: Path, metadata: Mapping[str, str]) -> ParquetGroups:
     it during its evaluation). The temporary file of a run killed while it was open is deleted first."""
     for stale in run_dir.glob(f".{QUERIES}.*.tmp"):
         stale.unlink(missing_ok=True)
-    return ParquetGroups(run_dir / QUERIES, dict(metadata), statistics=QUERY_STATISTICS)
+    return ParquetGroups(run_dir / QUERIES, dict(metadata), QUERY_ROWS_PER_GROUP, QUERY_STATISTICS)
 
 
 def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:
