@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import tracemalloc
+from contextlib import closing
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -154,12 +155,20 @@ def test_past_its_bound_the_least_recently_used_entries_go(tmp_path):
     assert kept[b"e"].vectors.tobytes() == rows[b"e"].vectors.tobytes()
 
 
-def test_a_file_from_before_the_bound_keeps_its_entries(tmp_path):
+def test_a_file_from_before_keeps_its_entries(tmp_path):
+    """A file of the earlier layout (one WITHOUT ROWID table of entries, no use times) is read on: its entries
+    move over, counted as the least recently used."""
+    path = IndexCache(tmp_path, "feature-hash/64", CHUNKING).path
+    path.unlink()
+    blob = BuiltRows(np.ones((1, 64), np.float32), (("x",),)).to_bytes()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("CREATE TABLE entries (key BLOB PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID")
+        conn.execute("INSERT INTO entries VALUES (?, ?)", (b"k", blob))
     cache = IndexCache(tmp_path, "feature-hash/64", CHUNKING)
-    cache.store({b"k": BuiltRows(np.ones((1, 64), np.float32), (("x",),))})
-    with sqlite3.connect(cache.path) as conn:
-        conn.execute("DROP TABLE used")
-    assert [key for key, _ in IndexCache(tmp_path, "feature-hash/64", CHUNKING).entries([b"k"])] == [b"k"]
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT key, at, size FROM used").fetchall() == [(b"k", 0, len(blob))]
+        assert "entries" not in {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert [(key, entry.lexemes) for key, entry in cache.entries([b"k"])] == [(b"k", (("x",),))]
 
 
 def test_other_chunking_or_embedder_reuses_nothing(tmp_path):
@@ -193,8 +202,8 @@ def test_a_damaged_entry_is_rebuilt_with_a_warning(tmp_path):
     build(c, cache)
     key = cache.document_key(c.documents[3].content)
     with sqlite3.connect(cache.path) as conn:
-        (blob,) = conn.execute("SELECT rows FROM entries WHERE key = ?", (key,)).fetchone()
-        conn.execute("UPDATE entries SET rows = ? WHERE key = ?", (blob[:len(blob) // 2], key))
+        (blob,) = conn.execute("SELECT rows FROM built WHERE key = ?", (key,)).fetchone()
+        conn.execute("UPDATE built SET rows = ? WHERE key = ?", (blob[:len(blob) // 2], key))
     warnings: list[str] = []
     rebuilt = build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING, warnings.append))
     assert len(warnings) == 1 and "damaged entry" in warnings[0]

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import struct
 import sys
 import time
-import struct
 import zlib
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 
 from rqsweep.backends.embedded_config import DEFAULT_MAX_MB
 from rqsweep.config import Chunking
-from rqsweep.engine.embed.cache import cache_file_name, connect_wal
 from rqsweep.engine import runs
+from rqsweep.engine.embed.cache import cache_file_name, connect_wal
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
 
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
@@ -43,9 +44,12 @@ class BuiltRows:
 
     def to_bytes(self) -> bytes:
         """Vectors, then each position's number in the entry's own list of distinct lexemes (-1: None)."""
-        words: dict[str, int] = {}
-        ids = np.array([-1 if w is None else words.setdefault(w, len(words)) for row in self.lexemes for w in row],
-                       "<i4")
+        flat = list(chain.from_iterable(self.lexemes))
+        words = dict.fromkeys(flat)  # first appearance order
+        words.pop(None, None)
+        number = {word: i for i, word in enumerate(words)}
+        number[None] = -1
+        ids = np.fromiter(map(number.__getitem__, flat), "<i4", len(flat))
         vectors = np.ascontiguousarray(self.vectors, "<f4")
         payload = b"".join([
             _HEADER.pack(len(self.lexemes), vectors.shape[1] if vectors.ndim == 2 else 0, len(ids)),
@@ -119,7 +123,7 @@ class IndexCache:
         try:
             with closing(connect_wal(self.path)) as conn:
                 # One scan: a rerun wants nearly every entry, and a scan reads them 5x faster than lookups by key.
-                for key, blob in conn.execute("SELECT key, rows FROM entries"):
+                for key, blob in conn.execute("SELECT key, rows FROM built"):
                     if key in wanted:
                         try:
                             entry = BuiltRows.from_bytes(blob)
@@ -139,7 +143,7 @@ class IndexCache:
         try:
             with closing(connect_wal(self.path)) as conn, conn:
                 blobs = [(key, rows.to_bytes()) for key, rows in entries.items()]
-                conn.executemany("INSERT OR REPLACE INTO entries VALUES (?, ?)", blobs)
+                conn.executemany("INSERT OR REPLACE INTO built VALUES (?, ?)", blobs)
                 conn.executemany("INSERT OR REPLACE INTO used VALUES (?, ?, ?)",
                                  [(key, _now(), len(blob)) for key, blob in blobs])
                 del blobs
@@ -153,19 +157,25 @@ class IndexCache:
                         evicted.append((key,))
                         freed += size
                     oldest.close()
-                    conn.executemany("DELETE FROM entries WHERE key = ?", evicted)
+                    conn.executemany("DELETE FROM built WHERE key = ?", evicted)
                     conn.executemany("DELETE FROM used WHERE key = ?", evicted)
         except sqlite3.DatabaseError as exc:
             self._warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
 
     def _create(self) -> None:
         with closing(connect_wal(self.path)) as conn, conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS entries (key BLOB PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID")
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # A rowid table: SQLite keeps rows of several kilobytes far better there than WITHOUT ROWID (filling
+            # 20,000 entries of 4.7 kB: 0.46 s of CPU instead of 1.40).
+            conn.execute("CREATE TABLE IF NOT EXISTS built (key BLOB PRIMARY KEY, rows BLOB NOT NULL)")
             # When each entry was last used and its size, apart: touching an entry must not rewrite its rows.
-            if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'used'").fetchone():
-                conn.execute("CREATE TABLE used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, size INTEGER NOT NULL) "
-                             "WITHOUT ROWID")
-                conn.execute("INSERT INTO used SELECT key, 0, length(rows) FROM entries")  # a file from before
+            conn.execute("CREATE TABLE IF NOT EXISTS used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, "
+                         "size INTEGER NOT NULL) WITHOUT ROWID")
+            if "entries" in tables:  # a file from before: its entries move over
+                conn.execute("INSERT OR IGNORE INTO built SELECT key, rows FROM entries")
+                conn.execute("DROP TABLE entries")
+            if "used" not in tables:
+                conn.execute("INSERT OR IGNORE INTO used SELECT key, 0, length(rows) FROM built")
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path.with_name(self.path.name + ".damaged")
