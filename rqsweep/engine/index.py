@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from itertools import chain
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import chain
 from typing import Mapping, Sequence
 
 import numpy as np
