@@ -500,29 +500,32 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     slope = np.log(2.0) * (contest_age - target_age)  # (n,)
     with np.errstate(divide="ignore", invalid="ignore"):
         gap = np.log(contest_fused) - np.log(target_fused)  # (rrf_k values, n); an absent target (0) is never ranked
-        ends = (gap - _MARGIN) / slope, (gap + _MARGIN) / slope
+        crossing, half_width = gap / slope, _MARGIN / np.abs(slope)  # g = slope (crossing - u)
+        low, high = crossing - half_width, crossing + half_width  # g within the margin for u in [low, high]
         capped = np.searchsorted(u, _EXPONENT_CAP / np.maximum(contest_age, target_age), side="right")  # (n,)
-    low, high = np.minimum(*ends), np.maximum(*ends)  # where g is within the margin: u in [low, high]
-    older = slope > 0  # g falls as u grows: ahead below `low`, behind above `high`
-    younger = slope < 0  # g grows with u: the other way round
+    # Older than the target (slope > 0): ahead below `low`, exact up to `high`, behind after; younger: the other
+    # way round.
     exact_from = np.searchsorted(u, low, side="left")
     # Few runs hold a half-life (the margin is narrow): the run's end is searched for those only.
     exact_to = exact_from.copy()
     banded = np.flatnonzero(np.append(u, np.inf)[exact_from] <= high)
     exact_to.ravel()[banded] = np.searchsorted(u, high.ravel()[banded], side="right")
-    level = ~(older | younger)  # g = gap under every half-life
-    within = level & (np.abs(gap) <= _MARGIN)
-    exact_from = np.where(level, np.where(within, 0, n_hs), exact_from)
-    exact_to = np.where(level, n_hs, exact_to)
-    ahead_from = np.where(younger, exact_to, 0)
-    ahead_to = np.where(younger, n_hs, np.where(level & ~within, np.where(gap > 0, n_hs, 0), exact_from))
-    # Past the cap every half-life is compared exactly: the runs end there, and a second exact run follows.
-    exact_to = np.maximum(exact_from, np.minimum(exact_to, capped))
-    ahead_to = np.maximum(ahead_from, np.minimum(ahead_to, capped))
+    younger = slope < 0
+    ahead_from, ahead_to = np.where(younger, exact_to, 0), np.where(younger, n_hs, exact_from)
+    level = np.flatnonzero(slope == 0)  # g = gap under every half-life
+    if len(level):
+        within = np.abs(gap[:, level]) <= _MARGIN
+        exact_from[:, level], exact_to[:, level], ahead_from[:, level] = np.where(within, 0, n_hs), n_hs, 0
+        ahead_to[:, level] = np.where(~within & (gap[:, level] > 0), n_hs, 0)
+    exact_from, exact_to, runs_of = exact_from.ravel(), exact_to.ravel(), np.arange(n_ks * n)
     guarded = np.flatnonzero(capped < n_hs)
-    runs_of = np.concatenate([np.arange(n_ks * n), (np.arange(n_ks)[:, None] * n + guarded).ravel()])
-    exact_from = np.concatenate([exact_from.ravel(), np.tile(capped[guarded], n_ks)])
-    exact_to = np.concatenate([exact_to.ravel(), np.full(n_ks * len(guarded), n_hs)])
+    if len(guarded):  # past the cap every half-life is compared exactly: the runs end there, an exact one follows
+        cap = np.tile(capped[guarded], n_ks)
+        flat = (np.arange(n_ks)[:, None] * n + guarded).ravel()
+        exact_to[flat] = np.maximum(exact_from[flat], np.minimum(exact_to[flat], cap))
+        ahead_to[:, guarded] = np.maximum(ahead_from[:, guarded], np.minimum(ahead_to[:, guarded], capped[guarded]))
+        exact_from, exact_to = np.concatenate([exact_from, cap]), np.concatenate([exact_to, np.full_like(cap, n_hs)])
+        runs_of = np.concatenate([runs_of, flat])
     # Each (rrf_k, unit)'s count over the half-lives (in u order) as the running sum of +1 where an item's run of
     # half-lives ahead starts and -1 where it ends; an exact comparison won is a run of one.
     cell = np.arange(n_ks)[:, None] * ((n_hs + 1) * n_units) + unit[None, :]  # + i * n_units: half-life i
@@ -546,7 +549,8 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     size = n_ks * (n_hs + 1) * n_units
     runs = (np.bincount(np.concatenate(starts), minlength=size) - np.bincount(np.concatenate(ends), minlength=size))
     # One running sum down every row: each rrf_k's block of rows adds up to 0, so blocks do not leak.
-    count = np.cumsum(runs.reshape(n_ks * (n_hs + 1), n_units), axis=0, dtype=np.int32).reshape(n_ks, n_hs + 1, n_units)
+    count = np.cumsum(runs.reshape(n_ks * (n_hs + 1), n_units), axis=0, dtype=np.int32)
+    count = count.reshape(n_ks, n_hs + 1, n_units)
     return count[:, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
 
 
