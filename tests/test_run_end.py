@@ -93,7 +93,10 @@ def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, 
     assert list((run_dir / "state").glob("part-*.parquet"))  # what finished is kept
     assert not list(run_dir.glob(f".{QUERIES}.*")) and not (run_dir / QUERIES).exists()
     monkeypatch.setattr(job.Sweep, "evaluate", evaluate)
+    killed = run_dir / f".{QUERIES}.0123456789abcdef.tmp"  # what a run killed while writing it leaves
+    killed.write_bytes(b"PAR1")
     resumed = job.run(config, quiet=True, resume=run_dir)
+    assert not killed.exists()
     clean = job.run(config, quiet=True, output_dir=tmp_path / "clean")
     assert resumed.grid.drop("run_id").equals(clean.grid.drop("run_id"))
     assert pl.read_parquet(run_dir / QUERIES).drop("run_id").equals(

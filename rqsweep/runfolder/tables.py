@@ -84,17 +84,24 @@ QUERY_ROWS_PER_GROUP = 1 << 18
 
 def write_queries(run_dir: Path, chunks: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> Path:
     """queries.parquet from `query_table` chunks of whole settings, in row groups of whole settings; returns its
-    path."""
+    path. The temporary file of a run killed while writing it is deleted first, as by `open_queries`."""
+    _delete_stale_queries(run_dir)
     write_parquet_groups(run_dir / QUERIES, chunks, metadata, QUERY_ROWS_PER_GROUP, QUERY_STATISTICS)
     return run_dir / QUERIES
 
 
 def open_queries(run_dir: Path, metadata: Mapping[str, str]) -> ParquetGroups:
     """queries.parquet as `write_queries` writes it, `query_table` chunks added as they are made (a run's job writes
-    it during its evaluation). The temporary file of a run killed while it was open is deleted first."""
+    it during its evaluation)."""
+    _delete_stale_queries(run_dir)
+    return ParquetGroups(run_dir / QUERIES, dict(metadata), QUERY_ROWS_PER_GROUP, QUERY_STATISTICS)
+
+
+def _delete_stale_queries(run_dir: Path) -> None:
+    """What a run killed while writing queries.parquet left (it writes it through its evaluation): the folder is
+    locked by the run writing it now, so no other writer's file is touched."""
     for stale in run_dir.glob(f".{QUERIES}.*.tmp"):
         stale.unlink(missing_ok=True)
-    return ParquetGroups(run_dir / QUERIES, dict(metadata), QUERY_ROWS_PER_GROUP, QUERY_STATISTICS)
 
 
 def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:
