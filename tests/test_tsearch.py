@@ -204,6 +204,7 @@ def test_index_postings_across_row_blocks(monkeypatch):
     texts = ["".join(rnd.choice(_ALPHABET + ["w12 ", "pager "]) for _ in range(rnd.randint(0, 30))) for _ in range(40)]
     monkeypatch.setattr(lexical_index, "_ROWS_PER_BLOCK", 3)
     monkeypatch.setattr(lexical_index, "_ENTRIES_PER_BLOCK", 5)  # groups straddle the blocks of entries
+    monkeypatch.setattr(lexical_index, "_TEXTS_PER_BLOCK", 7)
     assert _indexed_vectors(LexicalIndex(texts)) == [_vector(lexemes(text, fast=False)) for text in texts]
 
 

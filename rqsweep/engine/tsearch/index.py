@@ -29,6 +29,7 @@ _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phr
 _POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
 _ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during the build
 _ENTRIES_PER_BLOCK = 1 << 22  # entries cut into postings at once during the build
+_TEXTS_PER_BLOCK = 65_536  # texts read into parts at once
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
 
 
@@ -40,7 +41,12 @@ class LexicalIndex:
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         cache = RunCache()
-        numbers, ends = cache.parts_of(texts)
+        # A block of texts at a time: cutting them into runs holds every run of the block as a string.
+        read = [cache.parts_of(texts[lo:lo + _TEXTS_PER_BLOCK]) for lo in range(0, len(texts), _TEXTS_PER_BLOCK)]
+        numbers = np.concatenate([np.zeros(0, np.int32)] + [n for n, _ in read])
+        offsets = np.cumsum([0] + [len(n) for n, _ in read])
+        ends = np.concatenate([np.zeros(0, np.int64)] + [e + offset for (_, e), offset in zip(read, offsets)])
+        del read
         self._build(cache.parts, numbers, ends)
 
     @classmethod
