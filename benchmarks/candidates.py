@@ -5,8 +5,9 @@
 
 One core (BLAS threads pinned to 1), CPU seconds (`time.process_time`), both measured in this run on the same
 vectors. The chunks are benchmarks/engine.py's synthetic 150-word documents, embedded by the feature hash at
-1,024 dimensions and stored column-major as the index stores them; the queries are its two-word queries
-(sparse: about 9 non-zero dimensions). A second case has dense queries (random 1,024-dim vectors, as a
+1,024 dimensions and stored column-major as float32, and again as the index stores them (`QuarterVectors`: quarter
+counts, a byte per element), answered against the float32 reference; the queries are its two-word queries
+(sparse: about 9 non-zero dimensions). A third case has dense queries (random 1,024-dim vectors, as a
 model embedder gives) over the same chunks. Each path answers both tie orders, as the job needs them: the
 batched path in one extraction, the reference once per order. The batched path is timed over every query,
 median of 3 repeats; the reference per query, median over a sample of `--reference` queries. Every sampled
@@ -35,6 +36,7 @@ from rqsweep.engine import cosine  # noqa: E402
 from rqsweep.engine.cosine import cosine_top, cosine_top_many, squared_norms  # noqa: E402
 from rqsweep.engine.embed import FeatureHashEmbedder  # noqa: E402
 from rqsweep.engine.pgsort import TIE_ORDERS  # noqa: E402
+from rqsweep.engine.quarter_vectors import QuarterVectors  # noqa: E402
 
 LIMIT = 10
 
@@ -45,8 +47,11 @@ def cpu(fn) -> tuple[float, object]:
     return time.process_time() - started, out
 
 
-def compare(name: str, matrix: np.ndarray, norms: np.ndarray, queries: np.ndarray, sample: int) -> dict:
-    runs = [cpu(lambda: cosine_top_many(matrix, queries, LIMIT, norms=norms)) for _ in range(3)]
+def compare(name: str, matrix: np.ndarray, norms: np.ndarray, queries: np.ndarray, sample: int,
+            stored: QuarterVectors | None = None) -> dict:
+    """The batched path over `stored` (default `matrix`) against the reference over `matrix`, the same rows."""
+    runs = [cpu(lambda: cosine_top_many(matrix if stored is None else stored, queries, LIMIT, norms=norms))
+            for _ in range(3)]
     batched = statistics.median(t for t, _ in runs) / len(queries)
     found = runs[0][1]
     per_query, mismatches, tie_decided = [], 0, 0
@@ -93,10 +98,15 @@ def main() -> None:
           f"{(matrix != 0).mean():.0%} of their elements non-zero")
     seconds, norms = cpu(lambda: squared_norms(matrix))
     print(f"pgvector norms: {seconds:.1f} s CPU, once per index")
+    texts = [d.content for d in corpus.documents]
+    seconds, quarters = cpu(lambda: QuarterVectors.embed(embedder, texts, 16_384))
+    print(f"the same as quarter counts in {seconds:.1f} s CPU: {quarters.nbytes / 1e6:.0f} MB, float32 "
+          f"{matrix.nbytes / 1e6:.0f} MB")
     sparse = embedder.embed([q for q, _ in queries])
     dense = np.random.default_rng(7).standard_normal((args.queries, 1024)).astype(np.float32)
     rows = [compare(f"feature-hash queries ({np.count_nonzero(sparse, axis=1).mean():.1f} non-zero dims)",
                     matrix, norms, sparse, args.reference),
+            compare("feature-hash queries, quarter counts", matrix, norms, sparse, args.reference, quarters),
             compare("dense queries", matrix, norms, dense, args.reference)]
     flops = 2 * matrix.shape[0] * matrix.shape[1]
     alone = product_alone(matrix, dense)
