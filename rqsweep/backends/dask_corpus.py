@@ -58,8 +58,8 @@ class ShardedIndex(Catalog):
     merges, and keeps the distances of the lexical rows reported, which `results` needs.
 
     `embedder` embeds the queries here; `shard_embedder()` makes the same embedder on a worker (an embedder
-    object need not pickle: the feature hash holds a lock). `rows_built` and `rows_reused` add up the shards'
-    (`Index.build`), `cache_dir` being the index cache's folder's parent on the workers' disks."""
+    object need not pickle: the feature hash holds a lock). `cache_dir` is the config's, a path on each worker's
+    disk (the index cache is its `index/` folder); `rows_built` and `rows_reused` add up the shards'."""
 
     def __init__(self, cluster: DaskCluster, corpus: Corpus, embedder: Embedder,
                  shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
