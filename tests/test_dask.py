@@ -7,10 +7,12 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
@@ -140,19 +142,20 @@ def test_corpus_shards_keep_postgres_order_among_ties_across_shards(tmp_path):
     assert pl.read_parquet(serial / "queries.parquet")["tie_sensitive"].any()  # ties do decide positions here
 
 
+def _sharded_with_cache(folder: Path, shards: int, cache: Path, **backend) -> Path:
+    path = handbook_job(folder, {"backend": "dask", "n": 2, "corpus_shards": shards})
+    config = yaml.safe_load(path.read_text())
+    config["backend"].update(cache_dir=str(cache), **backend)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def test_corpus_shards_rerun_from_the_index_cache_builds_nothing(tmp_path, handbook_reference, capfd):
     """Each shard reads and fills the index cache on its worker's disk: a rerun, cut into other shards, builds
     0 rows, and both runs give the one-process grid and queries."""
-    def cached(folder: Path, shards: int) -> Path:
-        path = handbook_job(folder, {"backend": "dask", "n": 2, "corpus_shards": shards})
-        config = yaml.safe_load(path.read_text())
-        config["backend"]["cache_dir"] = str(tmp_path / "cache")
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return path
-
-    first = job.run(cached(tmp_path / "first", 3), quiet=False).run_dir
+    first = job.run(_sharded_with_cache(tmp_path / "first", 3, tmp_path / "cache"), quiet=False).run_dir
     filled = capfd.readouterr().err
-    again = job.run(cached(tmp_path / "again", 2), quiet=False).run_dir
+    again = job.run(_sharded_with_cache(tmp_path / "again", 2, tmp_path / "cache"), quiet=False).run_dir
     rerun = capfd.readouterr().err
     built = re.search(r"\((\d+) reused from the index cache, (\d+) built\)", filled)
     assert built and built.group(1) == "0" and int(built.group(2)) > 0
@@ -160,6 +163,18 @@ def test_corpus_shards_rerun_from_the_index_cache_builds_nothing(tmp_path, handb
     assert list((tmp_path / "cache" / "index").glob("*.sqlite3"))
     for run_dir in (first, again):
         assert_same_results(run_dir, handbook_reference)
+
+
+def test_corpus_shards_keep_the_index_cache_to_the_configs_bound(tmp_path, handbook_reference):
+    """`index_cache_mb` reaches the shards' caches: filled by 2 shards under a 2 kB bound, the cache holds at most
+    2 kB of rows (under the default bound it would hold the whole handbook)."""
+    run_dir = job.run(_sharded_with_cache(tmp_path / "run", 2, tmp_path / "cache", index_cache_mb=0.002),
+                      quiet=True).run_dir
+    assert_same_results(run_dir, handbook_reference)
+    [cache_file] = (tmp_path / "cache" / "index").glob("*.sqlite3")
+    with closing(sqlite3.connect(cache_file)) as conn:
+        stored = conn.execute("SELECT total(size) FROM used").fetchone()[0]
+    assert stored <= 2000
 
 
 def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):

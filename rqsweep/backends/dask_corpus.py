@@ -27,16 +27,16 @@ from rqsweep.corpus import Corpus, chunk_document
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Catalog, Index, table_rows
-from rqsweep.engine.index_cache import IndexCache
+from rqsweep.engine.index_cache import DEFAULT_MAX_MB, IndexCache
 from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.shards import row_distances_of, sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 
 def _build_shard(corpus: Corpus, embedder: Callable[[], Embedder], chunking: Chunking, now: datetime,
-                 tie_order: TieOrder, cache_dir: Path | None) -> Index:
+                 tie_order: TieOrder, cache_dir: Path | None, cache_mb: float) -> Index:
     made = embedder()
-    cache = IndexCache(cache_dir, made.identity, chunking, _worker_warning) if cache_dir else None
+    cache = IndexCache(cache_dir, made.identity, chunking, _worker_warning, cache_mb) if cache_dir else None
     index = Index.build(corpus, made, chunking, now=now, tie_order=tie_order, cache=cache)
     index.embedder = None  # queries arrive embedded
     return index
@@ -59,11 +59,12 @@ class ShardedIndex(Catalog):
 
     `embedder` embeds the queries here; `shard_embedder()` makes the same embedder on a worker (an embedder
     object need not pickle: the feature hash holds a lock). `cache_dir` is the config's, a path on each worker's
-    disk (the index cache is its `index/` folder); `rows_built` and `rows_reused` add up the shards'."""
+    disk (the index cache is its `index/` folder, kept to `cache_mb` megabytes); `rows_built` and `rows_reused` add up the shards'."""
 
     def __init__(self, cluster: DaskCluster, corpus: Corpus, embedder: Embedder,
                  shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
-                 n_shards: int, log: Callable[[str], None], cache_dir: Path | None = None):
+                 n_shards: int, log: Callable[[str], None], cache_dir: Path | None = None,
+                 cache_mb: float = DEFAULT_MAX_MB):
         per_document = [chunk_document(d, chunking) for d in corpus.documents]
         super().__init__(*table_rows(corpus, per_document, now), embedder, now, tie_order)
         self.client = cluster.client
@@ -73,7 +74,7 @@ class ShardedIndex(Catalog):
             # Dask warns about as a "large graph".
             warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
             self.shards = [self.client.submit(_build_shard, part, shard_embedder, chunking, now, tie_order, cache_dir,
-                                              pure=False) for part in split_corpus(corpus, n_shards)]
+                                              cache_mb, pure=False) for part in split_corpus(corpus, n_shards)]
             summaries = self.client.gather([self.client.submit(_summary, shard, pure=False) for shard in self.shards])
         sizes = [s for s, _, _ in summaries]
         self.rows_built, self.rows_reused = sum(b for _, b, _ in summaries), sum(r for _, _, r in summaries)

@@ -194,7 +194,7 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
 
             index = ShardedIndex(cluster, corpus, embedder, partial(build_embedder, engine), engine.chunking,
                                  datetime.now(timezone.utc), engine.tie_order, workers.corpus_shards, log,
-                                 engine.cache_dir)
+                                 engine.cache_dir, engine.index_cache_mb)
         else:
             index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order,
                                 cache=index_cache(engine, embedder, log))
