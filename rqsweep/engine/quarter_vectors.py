@@ -22,9 +22,6 @@ class QuarterVectors:
     holds them) and each row's `divisors`. Indexed by rows (a slice or integer array) it gives pgvector's float32
     rows; `np.asarray` gives them all."""
 
-    dtype = np.dtype(np.float32)
-    ndim = 2
-
     def __init__(self, counts: np.ndarray, divisors: np.ndarray):
         self.counts, self.divisors = counts, divisors
 
