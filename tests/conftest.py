@@ -1,9 +1,18 @@
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from tests.finished_runs import FinishedRuns, assert_knob_columns_match_ids
 from tests.pgserver import PostgresUnavailable, start_cluster
+
+
+def pytest_configure(config):
+    # Started in the background of a non-interactive shell (`make test &`, nohup), the tests inherit SIGINT ignored,
+    # and so would every process they start: the interrupt tests send SIGINT and need it to interrupt.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
