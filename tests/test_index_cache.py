@@ -155,6 +155,19 @@ def test_past_its_bound_the_least_recently_used_entries_go(tmp_path):
     assert kept[b"e"].vectors.tobytes() == rows[b"e"].vectors.tobytes()
 
 
+def test_entries_exactly_at_the_bound_all_stay(tmp_path):
+    """Stored rows that add up to the bound exactly are all kept; one byte under, the least recently used goes."""
+    rows = {f"{i:02d}".encode(): BuiltRows(np.full((1, 2500), i, np.float32), (("pager",),)) for i in range(13)}
+    total = sum(len(entry.to_bytes()) for entry in rows.values())
+    assert int(total / 1e6 * 1e6) != total  # a bound in megabytes that float arithmetic leaves a byte short
+    cache = IndexCache(tmp_path, "feature-hash/2500", CHUNKING, max_mb=total / 1e6)
+    cache.store(rows)
+    assert sorted(key for key, _ in cache.entries(rows)) == sorted(rows)
+    cache = IndexCache(tmp_path, "feature-hash/2500", CHUNKING, max_mb=(total - 1) / 1e6)
+    cache.store({b"12": rows[b"12"]})
+    assert sorted(key for key, _ in cache.entries(rows)) == sorted(rows)[1:]  # ties in use time go by key
+
+
 def test_a_file_from_before_keeps_its_entries(tmp_path):
     """A file of the earlier layout (one WITHOUT ROWID table of entries, no use times) is read on: its entries
     move over, counted as the least recently used."""

@@ -102,7 +102,7 @@ class IndexCache:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
         self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
         self._warn = warn
-        self._max_bytes = int(max_mb * 1_000_000)
+        self._max_bytes = round(max_mb * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._create()
