@@ -287,9 +287,12 @@ class ParquetGroups:
         writing, writer, self._writing, self._writer = self._writing, self._writer, None, None
         try:
             if writing is not None:
-                wait([writing])  # the writer is closed only once its row group is written
                 writing.result()
         finally:
+            # Never close the writer under its row group being written (pyarrow then crashes): a signal can land
+            # in the wait above, and its exception comes here first.
+            if writing is not None:
+                wait([writing])
             if writer is not None:
                 writer.close()
 

@@ -159,6 +159,41 @@ def test_a_row_group_unlike_the_first_is_the_callers_error_and_leaves_no_file(tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_interrupt_while_a_row_group_is_written_waits_for_it_before_closing_the_writer(tmp_path, monkeypatch):
+    """A signal landing while the last row group is written (a run's end interrupted): the writer is closed only
+    once the write is done (closed under it, pyarrow crashed the process), and no file is left."""
+    import signal
+    import time
+
+    events: list[str] = []
+
+    class SlowWriter(pq.ParquetWriter):
+        def write_table(self, table, row_group_size=None):
+            events.append("write")
+            time.sleep(0.5)
+            super().write_table(table, row_group_size=row_group_size)
+            events.append("written")
+
+        def close(self):
+            events.append("close")
+            super().close()
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pq, "ParquetWriter", SlowWriter)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # while close() waits for the row group
+        with pytest.raises(KeyboardInterrupt):
+            write_parquet_groups(tmp_path / "t.parquet", [pl.DataFrame({"a": [1, 2]})], rows_per_group=1)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert events == ["write", "written", "close"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_queries_parquet_keeps_statistics_only_for_the_columns_its_readers_filter_on(tmp_path):
     from rqsweep.runfolder.tables import QUERY_STATISTICS, write_queries
 
