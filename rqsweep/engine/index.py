@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from itertools import chain
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -21,14 +21,14 @@ from rqsweep.engine.index_cache import BuiltRows, IndexCache
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
-from rqsweep.engine.runs import ranges
+from rqsweep.engine.runs import ranges, split_runs
 from rqsweep.engine.tsearch import LexicalIndex
-from rqsweep.engine.tsearch.parser import RunCache
+from rqsweep.engine.tsearch.parser import RunCache, joined
 from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
-_EMBED_PORTION = 16_384  # texts embedded at a time into the column-major array
+_EMBED_PORTION = 16_384  # texts read and embedded at a time into the store's array
 
 
 def clamp_limit(limit: object) -> int:
@@ -39,25 +39,38 @@ def clamp_limit(limit: object) -> int:
     return DEFAULT_LIMIT if n < 1 else min(n, MAX_LIMIT)
 
 
-def _embed_column_major(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """The vectors of `texts`, column-major: a sparse query vector (the feature hash's) is estimated from its own
-    columns only. Embedded a portion at a time, so the conversion never holds a second copy of them all."""
-    if not texts:
-        return np.zeros((0, 1), np.float32, order="F")
-    first = embedder.embed(texts[:_EMBED_PORTION])
-    out = np.empty((len(texts), first.shape[1]), np.float32, order="F")
-    out[:len(first)] = first
-    for start in range(_EMBED_PORTION, len(texts), _EMBED_PORTION):
-        out[start:start + _EMBED_PORTION] = embedder.embed(texts[start:start + _EMBED_PORTION])
-    return out
+def _column_major(n_rows: int, portions: Iterable[np.ndarray]) -> np.ndarray:
+    """The vectors of `n_rows` rows from consecutive portions of them, column-major: a sparse query vector (the
+    feature hash's) is estimated from its own columns only. A portion at a time, so the conversion never holds a
+    second copy of them all."""
+    out, start = None, 0
+    for part in portions:
+        if out is None:
+            out = np.empty((n_rows, part.shape[1]), np.float32, order="F")
+        out[start:start + len(part)] = part
+        start += len(part)
+    return np.zeros((0, 1), np.float32, order="F") if out is None else out
 
 
-def _embed_stored(embedder: Embedder, texts: Sequence[str]) -> np.ndarray | QuarterVectors:
-    """The vectors of `texts` as a store keeps them: an embedder that gives its vectors as quarter counts (the
-    feature hash) in a quarter of float32's memory, any other column-major."""
-    if hasattr(embedder, "embed_quarters"):
-        return QuarterVectors.embed(embedder, texts, _EMBED_PORTION)
-    return _embed_column_major(embedder, texts)
+def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray | QuarterVectors, RunCache,
+                                                                        tuple[np.ndarray, np.ndarray]]:
+    """The vectors of `texts` as a store keeps them, and the texts read for the lexical index (a run cache, the
+    part numbers and row ends of `RunCache.parts_of`), a portion of texts at a time. An embedder that gives its
+    vectors as quarter counts (the feature hash) keeps them in a quarter of float32's memory and reads the runs
+    the lexical index reads, each portion cut once for both; any other embedder's vectors are column-major."""
+    quarters = hasattr(embedder, "embed_quarters")
+    parsed, read = RunCache(), []
+
+    def portions() -> Iterator:
+        # Quarter counts take their width from a first portion, even an empty one.
+        for lo in range(0, len(texts) or int(quarters), _EMBED_PORTION):
+            portion = texts[lo:lo + _EMBED_PORTION]
+            runs = split_runs(portion)
+            read.append(parsed.parts_of(portion, runs))
+            yield embedder.embed_quarters(portion, runs) if quarters else embedder.embed(portion)
+
+    vectors = (QuarterVectors.of_portions if quarters else _column_major)(len(texts), portions())
+    return vectors, parsed, joined(read)
 
 
 def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes], groups: list[list[str]],
@@ -288,8 +301,12 @@ class Index(Catalog):
         n = sum(map(len, per_document))
         if cache is None:
             rows: list = [text for group in groups for text in group]
-            vectors = [_embed_stored(embedder, rows[:n]), _embed_stored(embedder, rows[n:])]
-            lexical = [LexicalIndex(rows[:n]), LexicalIndex(rows[n:])]
+            vectors, lexical = [], []
+            for texts in (rows[:n], rows[n:]):
+                stored, parsed, read = _read_and_embed(embedder, texts)
+                vectors.append(stored)
+                lexical.append(LexicalIndex.of_parts(parsed.parts, *read))
+            del texts, parsed, read
             reused = 0
         else:
             keys = ([cache.document_key(d.content) for d in corpus.documents]

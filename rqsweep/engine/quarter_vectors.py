@@ -8,7 +8,7 @@ arithmetic needs; `cosine_top_many`'s estimate reads the counts' columns directl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,15 +28,22 @@ class QuarterVectors:
     @classmethod
     def embed(cls, embedder: FeatureHashEmbedder, texts: Sequence[str], portion: int) -> "QuarterVectors":
         """The vectors of `texts`, embedded `portion` texts at a time (the float32 rows are never all held)."""
-        counts, divisors = None, np.empty(len(texts))
-        for start in range(0, max(len(texts), 1), portion):
-            part, divisors[start:start + portion] = embedder.embed_quarters(texts[start:start + portion])
+        return cls.of_portions(len(texts), (embedder.embed_quarters(texts[start:start + portion])
+                                            for start in range(0, max(len(texts), 1), portion)))
+
+    @classmethod
+    def of_portions(cls, n_rows: int, portions: Iterable[tuple[np.ndarray, np.ndarray]]) -> "QuarterVectors":
+        """The vectors of `n_rows` rows from `embed_quarters`' answers for consecutive portions of them, at least
+        one (an empty one gives the width)."""
+        counts, divisors, start = None, np.empty(n_rows), 0
+        for part, part_divisors in portions:
             if counts is None:
-                counts = np.empty((len(texts), part.shape[1]), np.int8, order="F")
+                counts = np.empty((n_rows, part.shape[1]), np.int8, order="F")
             widest = int(np.abs(part).max()) if part.size else 0
             if widest > np.iinfo(counts.dtype).max:
                 counts = counts.astype(np.int16 if widest < 2**15 else np.int32, order="F")
-            counts[start:start + len(part)] = part
+            counts[start:start + len(part)], divisors[start:start + len(part)] = part, part_divisors
+            start += len(part)
         return cls(counts, divisors)
 
     @property

@@ -164,21 +164,23 @@ class FeatureHashEmbedder:
             out[start:stop] = quarters_to_vectors(counts, norms)
         return out
 
-    def embed_quarters(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def embed_quarters(self, texts: Sequence[str], runs: Runs | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`embed(texts)` as integers: each row's sums of signed weights counted in quarters (a weight is 1 or
         1/4) and its float64 L2 norm. `quarters_to_vectors` turns them into `embed`'s rows bit for bit; the
-        counts are small, so a store can keep them in a byte each."""
+        counts are small, so a store can keep them in a byte each. `runs`: `split_runs(texts)` already cut
+        (the index build shares its cut with the lexical index)."""
         counts = np.empty((len(texts), self.dimensions), dtype=np.int32)
         norms = np.empty(len(texts))
-        for start, stop, block_counts, block_norms in self._quarters(texts):
+        for start, stop, block_counts, block_norms in self._quarters(texts, runs):
             counts[start:stop], norms[start:stop] = block_counts, block_norms
         return counts, norms
 
-    def _quarters(self, texts: Sequence[str]) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+    def _quarters(self, texts: Sequence[str],
+                  runs: Runs | None = None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
         """(start, stop, quarter counts, norms) of each block of rows, in order."""
         # Tokens never span ASCII whitespace, nor does lower-casing's context (Final_Sigma looks only through
         # cased and case-ignorable characters): a text's tokens are those of its runs.
-        runs = split_runs(texts) or Runs(list(texts), np.arange(len(texts), dtype=np.int32),
+        runs = runs or split_runs(texts) or Runs(list(texts), np.arange(len(texts), dtype=np.int32),
                                          np.arange(1, len(texts) + 1, dtype=np.int64))
         with self._lock:
             packed = [self._packed(run) for run in runs.distinct]

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from rqsweep.engine.runs import ranges
-from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache
+from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache, joined
 from rqsweep.engine.tsearch.query import (
     And, Lexeme, Node, Not, Or, Phrase, TsQuery, TsQueryError, phrase_offsets, websearch_to_tsquery,
 )
@@ -42,11 +42,8 @@ class LexicalIndex:
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         cache = RunCache()
         # A block of texts at a time: cutting them into runs holds every run of the block as a string.
-        read = [cache.parts_of(texts[lo:lo + _TEXTS_PER_BLOCK]) for lo in range(0, len(texts), _TEXTS_PER_BLOCK)]
-        numbers = np.concatenate([np.zeros(0, np.int32)] + [n for n, _ in read])
-        offsets = np.cumsum([0] + [len(n) for n, _ in read])
-        ends = np.concatenate([np.zeros(0, np.int64)] + [e + offset for (_, e), offset in zip(read, offsets)])
-        del read
+        numbers, ends = joined([cache.parts_of(texts[lo:lo + _TEXTS_PER_BLOCK])
+                                for lo in range(0, len(texts), _TEXTS_PER_BLOCK)])
         self._build(cache.parts, numbers, ends)
 
     @classmethod

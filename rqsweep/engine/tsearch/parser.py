@@ -16,7 +16,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from rqsweep.engine.runs import split_runs
+from rqsweep.engine.runs import Runs, split_runs
 from rqsweep.engine.tsearch.chars import (
     ALPHA_NA, ALPHA_RANGES, ASCII_SPACES, CLASS, DIGIT, LETTER, OTHER, SPACES, SPECIAL_NA, SPECIAL_RANGES,
     lower, regex_class,
@@ -550,15 +550,23 @@ class RunCache:
         out.extend(map(self._runs.__getitem__, runs))
         return [self.add(lexemes(text))] if _UNCLEAN in out else out
 
-    def parts_of(self, rows: Sequence[str | tuple[str | None, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    def parts_of(self, rows: Sequence[str | tuple[str | None, ...]],
+                 runs: Runs | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`part_numbers` of every row, concatenated (int32), and where each row's end (int64), for a block of
         rows at once: the texts are cut into runs by `split_runs`, each distinct run parsed once. A row given
-        as a tuple is its lexemes already: one part."""
+        as a tuple is its lexemes already: one part. `runs`: `split_runs(rows)` cut already (the rows all
+        texts), so that another reader of the block shares the cut."""
+        if not rows:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
         whole = np.fromiter((not isinstance(row, str) or "<" in row for row in rows), bool, len(rows))
-        plain = [row for row, w in zip(rows, whole) if not w] if whole.any() else rows
-        if not plain:
-            return np.fromiter(map(self._whole, rows), np.int32, len(rows)), np.arange(1, len(rows) + 1)
-        runs = split_runs(plain)
+        if runs is None:
+            plain = [row for row, w in zip(rows, whole) if not w] if whole.any() else rows
+            if not plain:
+                return np.fromiter(map(self._whole, rows), np.int32, len(rows)), np.arange(1, len(rows) + 1)
+            runs = split_runs(plain)
+            cut = ~whole  # the rows `runs` holds
+        else:
+            cut = np.ones(len(rows), bool)
         if runs is None:  # texts Arrow cannot hold: one at a time
             numbers = [self.part_numbers(row) if isinstance(row, str) else [self.add(row)] for row in rows]
             return (np.fromiter(chain.from_iterable(numbers), np.int32),
@@ -569,16 +577,17 @@ class RunCache:
         first_parts = np.empty(len(runs.distinct), np.int32)
         first_parts[firsts] = [self._first_runs[runs.distinct[code]] for code in firsts]
         numbers[starts] = first_parts[runs.codes[starts]]
-        unclean = np.logical_or.reduceat(numbers == _UNCLEAN, starts)
-        if not whole.any() and not unclean.any():
+        # The rows of `runs` read whole instead: a run left the parser unclean, or the text has a tag.
+        redo = np.logical_or.reduceat(numbers == _UNCLEAN, starts) | whole[cut]
+        if not redo.any() and cut.all():
             return numbers, runs.ends
         counts = np.diff(runs.ends, prepend=0)
-        whole[np.flatnonzero(~whole)[unclean]] = True
+        whole[np.flatnonzero(cut)[redo]] = True
         per_row = np.ones(len(rows), np.int64)
-        per_row[~whole] = counts[~unclean]
+        per_row[~whole] = counts[~redo]
         ends = np.cumsum(per_row)
         out = np.empty(ends[-1], np.int32)
-        out[~np.repeat(whole, per_row)] = numbers[np.repeat(~unclean, counts)]
+        out[~np.repeat(whole, per_row)] = numbers[np.repeat(~redo, counts)]
         out[ends[whole] - 1] = [self._whole(rows[i]) for i in np.flatnonzero(whole)]
         return out, ends
 
@@ -589,6 +598,13 @@ class RunCache:
 
     def _whole(self, row: str | tuple[str | None, ...]) -> int:
         return self.add(lexemes(row) if isinstance(row, str) else row)
+
+
+def joined(read: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of rows read by `RunCache.parts_of` (into one cache) as one: their part numbers and row ends."""
+    numbers = np.concatenate([np.zeros(0, np.int32)] + [n for n, _ in read])
+    offsets = np.cumsum([0] + [len(n) for n, _ in read])
+    return numbers, np.concatenate([np.zeros(0, np.int64)] + [e + offset for (_, e), offset in zip(read, offsets)])
 
 
 _UNCLEAN = -1  # the part number of a run that raises _Unclean
