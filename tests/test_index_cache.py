@@ -60,8 +60,10 @@ def assert_same_index(a: Index, b: Index) -> None:
         assert np.asarray(x.vectors).tobytes() == np.asarray(y.vectors).tobytes()
         assert x.norms.tobytes() == y.norms.tobytes()
         assert x.lexical._vocab == y.lexical._vocab
-        for name in ("_pos", "_group_entries", "_group_row", "_lex_groups"):
-            assert np.array_equal(getattr(x.lexical, name), getattr(y.lexical, name)), name
+        assert len(x.lexical._segments) == len(y.lexical._segments)
+        for s, t in zip(x.lexical._segments, y.lexical._segments):
+            for name in ("_lexemes", "_lex_groups", "_lex_entries", "_group_row", "_group_count", "_pos"):
+                assert np.array_equal(getattr(s, name), getattr(t, name)), name
     for query in ("pager rotation", "VPN-4012", "bold or backup", '"on-call pager"'):
         assert a.search(query) == b.search(query)
 

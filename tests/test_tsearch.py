@@ -151,12 +151,16 @@ def test_fast_paths_agree_with_the_state_machine(text):
 
 
 def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:
-    """Each row's tsvector as the index's postings hold it."""
+    """Each row's tsvector as the index's postings hold it, segment by segment."""
     out: list[dict[str, tuple[int, ...]]] = [{} for _ in range(index.n_rows)]
-    for word, lex in index._vocab.items():
-        for group in range(index._lex_groups[lex], index._lex_groups[lex + 1]):
-            entries = slice(index._group_entries[group], index._group_entries[group + 1])
-            out[index._group_row[group]][word] = tuple(index._pos[entries].tolist())
+    for base, segment in zip(index._bases.tolist(), index._segments):
+        assert segment.vocab is index._vocab
+        for word, lex in index._vocab.items():
+            first, last, entry = segment._span(lex)
+            for group in range(first, last):
+                count = int(segment._group_count[group])
+                out[base + int(segment._group_row[group])][word] = tuple(segment._pos[entry:entry + count].tolist())
+                entry += count
     return out
 
 
@@ -198,22 +202,55 @@ def test_a_block_arrow_cannot_hold_is_read_text_by_text():
                                                    ["kept"], lexemes(rows[3], fast=False)]
 
 
-def test_index_postings_across_row_blocks(monkeypatch):
+def test_index_postings_across_row_blocks_and_segments(monkeypatch):
     from rqsweep.engine.tsearch import index as lexical_index
     rnd = random.Random(7)
     texts = ["".join(rnd.choice(_ALPHABET + ["w12 ", "pager "]) for _ in range(rnd.randint(0, 30))) for _ in range(40)]
     monkeypatch.setattr(lexical_index, "_ROWS_PER_BLOCK", 3)
-    monkeypatch.setattr(lexical_index, "_ENTRIES_PER_BLOCK", 5)  # groups straddle the blocks of entries
-    monkeypatch.setattr(lexical_index, "_TEXTS_PER_BLOCK", 7)
-    assert _indexed_vectors(LexicalIndex(texts)) == [_vector(lexemes(text, fast=False)) for text in texts]
+    monkeypatch.setattr(lexical_index, "_ROWS_PER_SEGMENT", 7)
+    index = LexicalIndex(texts)
+    assert len(index._segments) == 6
+    assert _indexed_vectors(index) == [_vector(lexemes(text, fast=False)) for text in texts]
 
 
-@pytest.mark.parametrize("entries_per_block", [1 << 22, 7, 1000])
-def test_index_postings_keep_the_position_limits(monkeypatch, entries_per_block):
+@pytest.mark.parametrize("rows_per_segment", [1 << 16, 1, 2])
+def test_index_postings_keep_the_position_limits(monkeypatch, rows_per_segment):
     from rqsweep.engine.tsearch import index as lexical_index
-    monkeypatch.setattr(lexical_index, "_ENTRIES_PER_BLOCK", entries_per_block)
+    monkeypatch.setattr(lexical_index, "_ROWS_PER_SEGMENT", rows_per_segment)
     texts = ["w " * 300 + "x " * 16100 + "y z y", "y w", "w " * 16500 + "w"]
     assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]
+
+
+_TIE_WORDS = ["a", "b", "c", "a-b", "x-y-z", "w12"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_TIE_WORDS), max_size=12).map(" ".join), min_size=1, max_size=30),
+       st.integers(1, 9), st.randoms(use_true_random=False))
+def test_a_segmented_index_answers_as_one_segment(texts, rows_per_segment, rnd):
+    """Segments of any size give every query the rows and rank bits of one segment over all rows, on corpora
+    whose rows repeat (exact ties in rank) and whose lexemes are shared, missing or alone in a segment; from
+    texts and from stored parts alike."""
+    from rqsweep.engine.tsearch import index as lexical_index
+    whole = LexicalIndex(texts)
+    assert len(whole._segments) == 1
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lexical_index, "_ROWS_PER_SEGMENT", rows_per_segment)
+        segmented = LexicalIndex(texts)
+        cache = RunCache()
+        stored = LexicalIndex.of_parts(cache.parts, *cache.parts_of(texts))
+    assert len(segmented._segments) == -(-len(texts) // rows_per_segment)
+    assert segmented._vocab == stored._vocab == whole._vocab
+    assert _indexed_vectors(segmented) == _indexed_vectors(stored) == _indexed_vectors(whole)
+    for _ in range(20):
+        query = " ".join(rnd.choice(_TIE_WORDS + ["or", "-a", "-b", '"a b"', '"b a-b"', "zz"])
+                         for _ in range(rnd.randint(1, 4)))
+        for index in (segmented, stored):
+            rows, ranks = index.search(query)
+            expected_rows, expected_ranks = whole.search(query)
+            assert rows.dtype == np.int64 and ranks.dtype == np.float32
+            assert rows.tolist() == expected_rows.tolist(), query
+            assert ranks.tobytes() == expected_ranks.tobytes(), query
 
 
 def test_index_agrees_with_the_evaluator():

@@ -13,13 +13,12 @@ truth table of the query.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
 from rqsweep.engine.runs import ranges
-from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache, joined
+from rqsweep.engine.tsearch.parser import MAX_POSITION, MAX_POSITIONS, RunCache
 from rqsweep.engine.tsearch.query import (
     And, Lexeme, Node, Not, Or, Phrase, TsQuery, TsQueryError, phrase_offsets, websearch_to_tsquery,
 )
@@ -27,9 +26,9 @@ from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_en
 
 _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
 _POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
-_ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during the build
-_ENTRIES_PER_BLOCK = 1 << 22  # entries cut into postings at once during the build
-_TEXTS_PER_BLOCK = 65_536  # texts read into parts at once
+_ROW_KEY_BITS = 16   # a row within its segment in a sort key
+_ROWS_PER_SEGMENT = 1 << _ROW_KEY_BITS  # rows indexed together, numbered within the segment (uint16)
+_ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during a segment's build
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
 
 
@@ -37,55 +36,39 @@ class LexicalIndex:
     """``to_tsvector('simple', text)`` of each row, indexed; rows are numbered in the given order.
 
     A row given as a tuple is its lexemes already (`RunCache.lexemes`: a stored build).
+
+    The rows are indexed in segments of `_ROWS_PER_SEGMENT`, each with its own postings, which a query reads in
+    turn: the build never holds more than one segment's sort keys, and a posting's row fits in 2 bytes. Matching
+    and ranking are per row, so the segments' answers, concatenated, are the whole index's.
     """
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         cache = RunCache()
-        # A block of texts at a time: cutting them into runs holds every run of the block as a string.
-        numbers, ends = joined([cache.parts_of(texts[lo:lo + _TEXTS_PER_BLOCK])
-                                for lo in range(0, len(texts), _TEXTS_PER_BLOCK)])
-        self._build(cache.parts, numbers, ends)
+        builder = _Builder(cache.parts)
+        # Each segment's texts are cut into runs as it is built: cutting holds every run of the texts as a string.
+        self._finish(builder, [builder.segment(*cache.parts_of(texts[lo:lo + _ROWS_PER_SEGMENT]))
+                               for lo in range(0, len(texts), _ROWS_PER_SEGMENT)])
 
     @classmethod
     def of_parts(cls, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> "LexicalIndex":
         """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`."""
         index = cls.__new__(cls)
-        index._build(parts, numbers, ends)
+        builder = _Builder(parts)
+        run_ends = np.append(0, ends)
+        segments = []
+        for lo in range(0, len(ends), _ROWS_PER_SEGMENT):
+            hi = min(lo + _ROWS_PER_SEGMENT, len(ends))
+            segments.append(builder.segment(numbers[run_ends[lo]:run_ends[hi]], ends[lo:hi] - run_ends[lo]))
+        index._finish(builder, segments)
         return index
 
-    def _build(self, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> None:
-        self.n_rows = len(ends)
-        encoded, self._vocab = _numbered(parts, numbers)
-        key, row_bits = _sorted_keys(encoded, numbers, ends, len(self._vocab))
-        del encoded, numbers, ends
-        key = _capped(key)
-        # Cut a block of entries at a time into the narrowest types that hold them (positions: 14 bits), so the
-        # temporaries stay small beside the keys. Entries of one lexeme in one row form a group.
-        # An entry's row is its group's (`_entries`), so only groups keep one.
-        n_entries = len(key)
-        self._pos = np.empty(n_entries, np.int16)
-        new_group = np.empty(n_entries, bool)
-        groups_per_lexeme = np.zeros(len(self._vocab), np.int64)
-        for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
-            block = key[lo:lo + _ENTRIES_PER_BLOCK]
-            self._pos[lo:lo + len(block)] = block & MAX_POSITION
-            group = block >> _POS_KEY_BITS
-            starts = new_group[lo:lo + len(block)]
-            starts[1:] = group[1:] != group[:-1]
-            starts[0] = lo == 0 or group[0] != key[lo - 1] >> _POS_KEY_BITS
-            groups_per_lexeme += np.bincount(group[starts] >> row_bits, minlength=len(self._vocab))
-        n_groups = int(groups_per_lexeme.sum())
-        self._group_entries = np.empty(n_groups + 1, np.int32 if n_entries < 2**31 else np.int64)
-        self._group_entries[-1] = n_entries
-        self._group_row = np.empty(n_groups, np.int32)
-        filled = 0
-        for lo in range(0, n_entries, _ENTRIES_PER_BLOCK):
-            starts = np.flatnonzero(new_group[lo:lo + _ENTRIES_PER_BLOCK]) + lo
-            self._group_entries[filled:filled + len(starts)] = starts
-            self._group_row[filled:filled + len(starts)] = (key[starts] >> _POS_KEY_BITS) & ((1 << row_bits) - 1)
-            filled += len(starts)
-        del key, new_group
-        self._lex_groups = np.append(0, np.cumsum(groups_per_lexeme))
+    def _finish(self, builder: "_Builder", segments: list["_Segment"]) -> None:
+        self._vocab = builder.vocabulary()
+        self._segments = segments
+        for segment in segments:
+            segment.vocab = self._vocab
+        self._bases = np.cumsum([0] + [s.n_rows for s in segments])
+        self.n_rows = int(self._bases[-1])
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
@@ -99,20 +82,50 @@ class LexicalIndex:
             query = TsQuery(None)
         if query.root is None:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        rows = self._rows(query.root).astype(np.int64)
-        return rows, self._ranks(query.root, rows, sorted(w for w in query.lexemes() if w in self._vocab))
+        words = sorted(w for w in query.lexemes() if w in self._vocab)
+        found = [segment.search(query.root, words) for segment in self._segments]
+        return (np.concatenate([np.zeros(0, np.int64)] + [rows + base for (rows, _), base in zip(found, self._bases)]),
+                np.concatenate([np.zeros(0, np.float32)] + [ranks for _, ranks in found]))
+
+
+class _Segment:
+    """The postings of a run of rows, numbered from 0 within it: per lexeme present (`_lexemes`, ascending), its
+    groups (one per row holding it: the row and how many positions) and their entries (positions), in row order.
+    An entry's row is its group's, and a group's first entry is found from its lexeme's first and the counts
+    before it, so a group costs 3 bytes and an entry 2."""
+
+    vocab: dict[str, int]  # the whole index's lexeme numbers
+
+    def __init__(self, n_rows: int, lexemes: np.ndarray, lex_groups: np.ndarray, lex_entries: np.ndarray,
+                 group_row: np.ndarray, group_count: np.ndarray, pos: np.ndarray) -> None:
+        self.n_rows = n_rows
+        self._lexemes, self._lex_groups, self._lex_entries = lexemes, lex_groups, lex_entries
+        self._group_row, self._group_count, self._pos = group_row, group_count, pos
+
+    def search(self, root: Node, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """`LexicalIndex.search` within the segment, for a parsed query and its lexemes found in the index."""
+        rows = self._rows(root).astype(np.int64)
+        return rows, self._ranks(root, rows, words)
 
     # -- postings -------------------------------------------------------------------------------
 
+    def _span(self, lex: int) -> tuple[int, int, int]:
+        """The lexeme's groups (first, end) and its first entry; no groups when the segment lacks it."""
+        at = int(np.searchsorted(self._lexemes, lex))
+        if at == len(self._lexemes) or self._lexemes[at] != lex:
+            return 0, 0, 0
+        return int(self._lex_groups[at]), int(self._lex_groups[at + 1]), int(self._lex_entries[at])
+
     def _lexeme_rows(self, word: str) -> np.ndarray:
-        lex = self._vocab.get(word)
+        lex = self.vocab.get(word)
         if lex is None:
             return np.zeros(0, np.int32)
-        return self._group_row[self._lex_groups[lex]:self._lex_groups[lex + 1]]
+        first, last, _ = self._span(lex)
+        return self._group_row[first:last].astype(np.int32)
 
     def _groups(self, lex: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Group of the lexeme in each of `rows`, and which rows have one."""
-        first, last = self._lex_groups[lex], self._lex_groups[lex + 1]
+        first, last, _ = self._span(lex)
         lex_rows = self._group_row[first:last]
         if not len(lex_rows):
             return np.zeros(len(rows), np.int64), np.zeros(len(rows), bool)
@@ -121,11 +134,13 @@ class LexicalIndex:
 
     def _entries(self, lex: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Indices of the lexeme's entries in `rows` (ascending), row by row, and each one's row."""
+        first, last, first_entry = self._span(lex)
         groups, present = self._groups(lex, rows)
         groups = groups[present]
-        starts = self._group_entries[groups]
-        sizes = self._group_entries[groups + 1] - starts
-        return ranges(starts, sizes), np.repeat(rows[present].astype(np.int64), sizes)
+        counts = self._group_count[first:last].astype(np.int64)
+        starts = first_entry + np.cumsum(counts) - counts
+        sizes = counts[groups - first]
+        return ranges(starts[groups - first], sizes), np.repeat(rows[present].astype(np.int64), sizes)
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -141,7 +156,7 @@ class LexicalIndex:
             return np.union1d(self._rows(node.left), self._rows(node.right))
         # websearch_to_tsquery only builds phrases of lexemes.
         words = [w for w, _ in phrase_offsets(node)[0]]
-        if any(w not in self._vocab for w in words):
+        if any(w not in self.vocab for w in words):
             return np.zeros(0, np.int32)
         candidates = self._lexeme_rows(words[0])
         for word in words[1:]:
@@ -155,7 +170,7 @@ class LexicalIndex:
         of match positions cannot occur.
         """
         if isinstance(node, Lexeme):
-            entries, entry_rows = self._entries(self._vocab[node.value], rows)
+            entries, entry_rows = self._entries(self.vocab[node.value], rows)
             return (entry_rows << _POS_BITS) | self._pos[entries], 0
         left, lwidth = self._phrase_ends(node.left, rows)
         right, rwidth = self._phrase_ends(node.right, rows)
@@ -177,8 +192,8 @@ class LexicalIndex:
         counts = np.zeros(len(rows), np.int64)
         covered_alone = np.ones(len(rows), bool)
         for word in words:
-            groups, present = self._groups(self._vocab[word], rows)
-            found = np.where(present, self._group_entries[groups + 1] - self._group_entries[groups], 0)
+            groups, present = self._groups(self.vocab[word], rows)
+            found = np.where(present, self._group_count[groups], 0)
             counts += found
             if word not in alone:
                 covered_alone &= found == 0
@@ -259,7 +274,7 @@ class LexicalIndex:
         row by row in tsvector order."""
         parts = []
         for number, word in enumerate(words):
-            entries, entry_rows = self._entries(self._vocab[word], rows)
+            entries, entry_rows = self._entries(self.vocab[word], rows)
             parts.append((entry_rows << 34) | (self._pos[entries].astype(np.int64) << 20) | number)
         # Entries of one position are ordered by lexeme (code point order), as in a tsvector.
         return np.sort(np.concatenate(parts))
@@ -275,22 +290,6 @@ class _Vocabulary(dict):
     def __missing__(self, word: str) -> int:
         number = self[word] = len(self) - 1
         return number
-
-
-def _numbered(parts: list[tuple[str | None, ...]], numbers: np.ndarray) -> tuple[list[tuple[int, ...]], dict[str, int]]:
-    """The parts as lexeme numbers, and the lexemes' numbers (-1: None). Lexemes are numbered in the order the
-    rows first show them (`numbers`: the parts of every row, in order), however the parts were made, so a build
-    from stored lexemes numbers them as one from the texts; a part no row uses (a run of a text read whole) stays
-    empty."""
-    first = np.full(len(parts), len(numbers), np.int64)
-    np.minimum.at(first, numbers, np.arange(len(numbers)))
-    used = np.flatnonzero(first < len(numbers))
-    vocab = _Vocabulary()
-    encoded: list[tuple[int, ...]] = [()] * len(parts)
-    for part in used[np.argsort(first[used])].tolist():
-        encoded[part] = tuple(map(vocab.__getitem__, parts[part]))
-    del vocab[None]
-    return encoded, dict(vocab)
 
 
 def _atoms(root: Node) -> dict[Node, int]:
@@ -348,40 +347,89 @@ def _occurrences(atom: Node, key: np.ndarray, epos: np.ndarray, eword: np.ndarra
     return lo[ok], hi[ok]
 
 
-def _sorted_keys(parts: list[tuple[int, ...]], numbers: np.ndarray, ends: np.ndarray,
-                 n_lexemes: int) -> tuple[np.ndarray, int]:
-    """Every kept entry as (lexeme << (row_bits + 14) | row << 14 | position), ascending, and row_bits.
+class _Builder:
+    """Builds the segments of one index in row order, over parts (`RunCache.parts`, which may grow between
+    segments). Lexemes are numbered in the order the rows first show them, however the parts were made, so a
+    build from stored lexemes numbers them as one from the texts; each part is encoded as lexeme numbers when a
+    row first uses it (a part no row uses, a run of a text read whole, is never encoded)."""
 
-    `parts` are the lexeme numbers (-1: dropped, but it takes a position) of each part, `numbers` the
-    parts of all texts in order, `ends[r]` where row r's parts end in `numbers`. Positions count
-    from 1 within the row and are capped at 16383.
-    """
-    sizes = np.fromiter(map(len, parts), np.int64, len(parts))
-    flat = np.fromiter(chain.from_iterable(parts), np.int32, int(sizes.sum()))
-    first = np.cumsum(sizes) - sizes
-    row_bits = max(len(ends) - 1, 1).bit_length()
-    if max(n_lexemes, 1).bit_length() + row_bits + _POS_KEY_BITS > 63:
-        raise ValueError(f"too many rows and lexemes for one lexical index: {len(ends)} rows, {n_lexemes} lexemes")
-    key = np.empty(int(np.bincount(numbers, minlength=len(parts)) @ sizes), np.int64)
-    filled, run_ends = 0, np.append(0, ends)
-    # A block of rows at a time, so the temporaries stay a small part of the keys.
-    for lo in range(0, len(ends), _ROWS_PER_BLOCK):
-        hi = min(lo + _ROWS_PER_BLOCK, len(ends))
-        runs = numbers[run_ends[lo]:run_ends[hi]]
-        per_run = sizes[runs]
-        lex = flat[ranges(first[runs], per_run)]
-        bounds = np.append(0, np.cumsum(per_run))[run_ends[lo:hi + 1] - run_ends[lo]]
-        counts = np.diff(bounds)
-        block = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
-        np.minimum(block, MAX_POSITION, out=block)
-        block |= np.repeat(np.arange(lo, hi, dtype=np.int64) << _POS_KEY_BITS, counts)
-        block |= lex.astype(np.int64) << (_POS_KEY_BITS + row_bits)
-        block = block[lex >= 0]
-        key[filled:filled + len(block)] = block
-        filled += len(block)
-    key = key[:filled]
-    key.sort()
-    return key, row_bits
+    def __init__(self, parts: list[tuple[str | None, ...]]) -> None:
+        self._parts = parts
+        self._vocab = _Vocabulary()
+        self._first = np.zeros(0, np.int64)  # each encoded part's first lexeme in `_flat`
+        self._size = np.zeros(0, np.int64)  # its number of lexemes; -1: not encoded yet
+        self._flat = np.zeros(1024, np.int32)  # the encoded parts' lexeme numbers (-1: dropped)
+        self._filled = 0
+
+    def vocabulary(self) -> dict[str, int]:
+        del self._vocab[None]
+        return dict(self._vocab)
+
+    def segment(self, numbers: np.ndarray, ends: np.ndarray) -> "_Segment":
+        """The segment of rows whose parts are `numbers`, row r's ending at `ends[r]`: positions count from 1
+        within the row, are capped at 16383, and a lexeme keeps its first MAX_POSITIONS of a row."""
+        self._encode(numbers)
+        key = _capped(self._sorted_keys(numbers, ends))
+        pos = (key & MAX_POSITION).astype(np.int16)
+        key >>= _POS_KEY_BITS
+        new_group = np.empty(len(key), bool)
+        new_group[:1] = True
+        np.not_equal(key[1:], key[:-1], out=new_group[1:])
+        starts = np.flatnonzero(new_group)
+        del new_group
+        group = key[starts]
+        del key
+        group_count = np.diff(np.append(starts, len(pos))).astype(np.uint8)  # at most MAX_POSITIONS (255)
+        group_row = (group & ((1 << _ROW_KEY_BITS) - 1)).astype(np.uint16)
+        group >>= _ROW_KEY_BITS
+        new_lexeme = np.ones(len(group), bool)
+        new_lexeme[1:] = group[1:] != group[:-1]
+        first_groups = np.flatnonzero(new_lexeme)
+        return _Segment(len(ends), group[first_groups].astype(np.int32), np.append(first_groups, len(group)),
+                        starts[first_groups], group_row, group_count, pos)
+
+    def _encode(self, numbers: np.ndarray) -> None:
+        grown = len(self._parts) - len(self._size)
+        self._first = np.append(self._first, np.zeros(grown, np.int64))
+        self._size = np.append(self._size, np.full(grown, -1, np.int64))
+        fresh = np.flatnonzero(self._size[numbers] < 0)
+        if not len(fresh):
+            return
+        parts, first_seen = np.unique(numbers[fresh], return_index=True)
+        for part in parts[np.argsort(first_seen)].tolist():
+            lexemes = np.fromiter(map(self._vocab.__getitem__, self._parts[part]), np.int32)
+            if self._filled + len(lexemes) > len(self._flat):
+                self._flat = np.resize(self._flat, 2 * (self._filled + len(lexemes)))
+            self._flat[self._filled:self._filled + len(lexemes)] = lexemes
+            self._first[part], self._size[part] = self._filled, len(lexemes)
+            self._filled += len(lexemes)
+
+    def _sorted_keys(self, numbers: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Every kept entry of the segment as (lexeme << 30 | row << 14 | position), ascending, positions capped
+        at 16383 (repeats included)."""
+        n_lexemes = len(self._vocab) - 1
+        if max(n_lexemes, 1).bit_length() + _ROW_KEY_BITS + _POS_KEY_BITS > 63:
+            raise ValueError(f"too many lexemes for one lexical index: {n_lexemes}")
+        key = np.empty(int(self._size[numbers].sum()), np.int64)
+        filled, run_ends = 0, np.append(0, ends)
+        # A block of rows at a time, so the temporaries stay a small part of the keys.
+        for lo in range(0, len(ends), _ROWS_PER_BLOCK):
+            hi = min(lo + _ROWS_PER_BLOCK, len(ends))
+            runs = numbers[run_ends[lo]:run_ends[hi]]
+            per_run = self._size[runs]
+            lex = self._flat[ranges(self._first[runs], per_run)]
+            bounds = np.append(0, np.cumsum(per_run))[run_ends[lo:hi + 1] - run_ends[lo]]
+            counts = np.diff(bounds)
+            block = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
+            np.minimum(block, MAX_POSITION, out=block)
+            block |= np.repeat(np.arange(lo, hi, dtype=np.int64) << _POS_KEY_BITS, counts)
+            block |= lex.astype(np.int64) << (_POS_KEY_BITS + _ROW_KEY_BITS)
+            block = block[lex >= 0]
+            key[filled:filled + len(block)] = block
+            filled += len(block)
+        key = key[:filled]
+        key.sort()
+        return key
 
 
 def _capped(key: np.ndarray) -> np.ndarray:
@@ -390,9 +438,7 @@ def _capped(key: np.ndarray) -> np.ndarray:
     past them exactly when the entry MAX_POSITIONS before it is of the same lexeme and row)."""
     keep = np.ones(len(key), bool)
     keep[1:] = key[1:] != key[:-1]
-    for lo in range(MAX_POSITIONS, len(key), _ENTRIES_PER_BLOCK):
-        hi = min(lo + _ENTRIES_PER_BLOCK, len(key))
-        keep[lo:hi] &= key[lo:hi] >> _POS_KEY_BITS != key[lo - MAX_POSITIONS:hi - MAX_POSITIONS] >> _POS_KEY_BITS
+    keep[MAX_POSITIONS:] &= key[MAX_POSITIONS:] >> _POS_KEY_BITS != key[:-MAX_POSITIONS] >> _POS_KEY_BITS
     return key if keep.all() else key[keep]
 
 
