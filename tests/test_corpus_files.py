@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rqsweep.cli import main
+from rqsweep.corpus import Corpus, Document, Memory, model
 from rqsweep.inputs import load_inputs
 from tests.minijob import DOCUMENTS, write_job
 
@@ -122,3 +127,21 @@ def test_documents_and_memories_from_json_lines(tmp_path, capsys):
     (tmp_path / "corpus.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps({"key": "x"}) + "\n")
     assert main([str(config), "--dry-run"]) == 2
     assert "corpus.jsonl: line 2.content: expected a non-empty string" in capsys.readouterr().err
+
+
+_TEXT = st.text(st.sampled_from(["a", "é", "\u3000", '"', "\\", "\n", "😀", " "]), max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, st.dictionaries(_TEXT, _TEXT, max_size=2)), max_size=7),
+       st.lists(st.tuples(_TEXT, st.floats(0, 1e6)), max_size=7), st.integers(1, 4))
+def test_the_corpus_hash_is_that_of_its_whole_json_text(documents, memories, rows_at_once):
+    """Hashed a block of rows at a time, the digest is the one of json.dumps over every row at once: what earlier
+    runs recorded as corpus_sha256."""
+    corpus = Corpus(tuple(Document(f"d{i}{k}", c, path=k, tags=t) for i, (k, c, t) in enumerate(documents)),
+                    tuple(Memory(f"m{i}", c, age_days=a) for i, (c, a) in enumerate(memories)))
+    rows = [[asdict(d) for d in corpus.documents], [asdict(m) for m in corpus.memories]]
+    whole = hashlib.sha256(json.dumps(rows, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model, "_ROWS_HASHED_AT_ONCE", rows_at_once)
+        assert corpus.sha256 == whole
