@@ -17,6 +17,7 @@ from rqsweep.engine.tsearch import (
     LexicalIndex, TsQueryError, matches, to_tsvector, ts_rank_cd, websearch_to_tsquery,
 )
 from rqsweep.engine.tsearch import _vector
+from rqsweep.engine.tsearch.index import LexicalIndexBuilder
 from rqsweep.engine.tsearch.parser import RunCache, lexemes
 from rqsweep.engine.tsearch.query import Lexeme, Not, Or, Phrase, TsQuery
 
@@ -226,11 +227,11 @@ _TIE_WORDS = ["a", "b", "c", "a-b", "x-y-z", "w12"]
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(_TIE_WORDS), max_size=12).map(" ".join), min_size=1, max_size=30),
-       st.integers(1, 9), st.randoms(use_true_random=False))
-def test_a_segmented_index_answers_as_one_segment(texts, rows_per_segment, rnd):
+       st.integers(1, 9), st.lists(st.integers(0, 5), max_size=10), st.randoms(use_true_random=False))
+def test_a_segmented_index_answers_as_one_segment(texts, rows_per_segment, portion_sizes, rnd):
     """Segments of any size give every query the rows and rank bits of one segment over all rows, on corpora
     whose rows repeat (exact ties in rank) and whose lexemes are shared, missing or alone in a segment; from
-    texts and from stored parts alike."""
+    texts, from stored parts and from portions of rows alike."""
     from rqsweep.engine.tsearch import index as lexical_index
     whole = LexicalIndex(texts)
     assert len(whole._segments) == 1
@@ -239,13 +240,21 @@ def test_a_segmented_index_answers_as_one_segment(texts, rows_per_segment, rnd):
         segmented = LexicalIndex(texts)
         cache = RunCache()
         stored = LexicalIndex.of_parts(cache.parts, *cache.parts_of(texts))
-    assert len(segmented._segments) == -(-len(texts) // rows_per_segment)
-    assert segmented._vocab == stored._vocab == whole._vocab
-    assert _indexed_vectors(segmented) == _indexed_vectors(stored) == _indexed_vectors(whole)
+        # Rows added a portion of any size at a time (as they are read while embedded), parts growing between.
+        cache = RunCache()
+        builder, lo = LexicalIndexBuilder(cache.parts), 0
+        for size in portion_sizes + [len(texts)]:
+            builder.add(*cache.parts_of(texts[lo:lo + size]))
+            lo += size
+        portions = builder.finish(LexicalIndex.__new__(LexicalIndex))
+    assert len(segmented._segments) == len(portions._segments) == -(-len(texts) // rows_per_segment)
+    assert segmented._vocab == stored._vocab == portions._vocab == whole._vocab
+    assert (_indexed_vectors(segmented) == _indexed_vectors(stored) == _indexed_vectors(portions)
+            == _indexed_vectors(whole))
     for _ in range(20):
         query = " ".join(rnd.choice(_TIE_WORDS + ["or", "-a", "-b", '"a b"', '"b a-b"', "zz"])
                          for _ in range(rnd.randint(1, 4)))
-        for index in (segmented, stored):
+        for index in (segmented, stored, portions):
             rows, ranks = index.search(query)
             expected_rows, expected_ranks = whole.search(query)
             assert rows.dtype == np.int64 and ranks.dtype == np.float32

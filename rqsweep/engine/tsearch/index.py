@@ -44,31 +44,18 @@ class LexicalIndex:
 
     def __init__(self, texts: Sequence[str | tuple[str | None, ...]]) -> None:
         cache = RunCache()
-        builder = _Builder(cache.parts)
-        # Each segment's texts are cut into runs as it is built: cutting holds every run of the texts as a string.
-        self._finish(builder, [builder.segment(*cache.parts_of(texts[lo:lo + _ROWS_PER_SEGMENT]))
-                               for lo in range(0, len(texts), _ROWS_PER_SEGMENT)])
+        builder = LexicalIndexBuilder(cache.parts)
+        # A segment's texts at a time: cutting texts into runs holds every run of them as a string.
+        for lo in range(0, len(texts), _ROWS_PER_SEGMENT):
+            builder.add(*cache.parts_of(texts[lo:lo + _ROWS_PER_SEGMENT]))
+        builder.finish(self)
 
     @classmethod
     def of_parts(cls, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> "LexicalIndex":
         """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`."""
-        index = cls.__new__(cls)
-        builder = _Builder(parts)
-        run_ends = np.append(0, ends)
-        segments = []
-        for lo in range(0, len(ends), _ROWS_PER_SEGMENT):
-            hi = min(lo + _ROWS_PER_SEGMENT, len(ends))
-            segments.append(builder.segment(numbers[run_ends[lo]:run_ends[hi]], ends[lo:hi] - run_ends[lo]))
-        index._finish(builder, segments)
-        return index
-
-    def _finish(self, builder: "_Builder", segments: list["_Segment"]) -> None:
-        self._vocab = builder.vocabulary()
-        self._segments = segments
-        for segment in segments:
-            segment.vocab = self._vocab
-        self._bases = np.cumsum([0] + [s.n_rows for s in segments])
-        self.n_rows = int(self._bases[-1])
+        builder = LexicalIndexBuilder(parts)
+        builder.add(numbers, ends)
+        return builder.finish(cls.__new__(cls))
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
@@ -193,7 +180,8 @@ class _Segment:
         covered_alone = np.ones(len(rows), bool)
         for word in words:
             groups, present = self._groups(self.vocab[word], rows)
-            found = np.where(present, self._group_count[groups], 0)
+            found = np.zeros(len(rows), np.int64)
+            found[present] = self._group_count[groups[present]]  # a segment may hold no group at all
             counts += found
             if word not in alone:
                 covered_alone &= found == 0
@@ -347,11 +335,13 @@ def _occurrences(atom: Node, key: np.ndarray, epos: np.ndarray, eword: np.ndarra
     return lo[ok], hi[ok]
 
 
-class _Builder:
-    """Builds the segments of one index in row order, over parts (`RunCache.parts`, which may grow between
-    segments). Lexemes are numbered in the order the rows first show them, however the parts were made, so a
-    build from stored lexemes numbers them as one from the texts; each part is encoded as lexeme numbers when a
-    row first uses it (a part no row uses, a run of a text read whole, is never encoded)."""
+class LexicalIndexBuilder:
+    """A `LexicalIndex` built from its rows read in order, any number at a time (`add`), over parts
+    (`RunCache.parts`, which may grow between additions): a segment is built as soon as its rows are in, so only
+    the rows of one segment are held read. Lexemes are numbered in the order the rows first show them, however
+    the parts were made, so a build from stored lexemes numbers them as one from the texts; each part is encoded
+    as lexeme numbers when a row first uses it (a part no row uses, a run of a text read whole, is never
+    encoded)."""
 
     def __init__(self, parts: list[tuple[str | None, ...]]) -> None:
         self._parts = parts
@@ -360,12 +350,46 @@ class _Builder:
         self._size = np.zeros(0, np.int64)  # its number of lexemes; -1: not encoded yet
         self._flat = np.zeros(1024, np.int32)  # the encoded parts' lexeme numbers (-1: dropped)
         self._filled = 0
+        self._segments: list[_Segment] = []
+        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []  # rows added, not in a segment yet
+        self._n_waiting = 0
 
-    def vocabulary(self) -> dict[str, int]:
+    def add(self, numbers: np.ndarray, ends: np.ndarray) -> None:
+        """The next rows: `RunCache.parts_of`'s part numbers and row ends."""
+        self._waiting.append((numbers, ends))
+        self._n_waiting += len(ends)
+        while self._n_waiting >= _ROWS_PER_SEGMENT:
+            self._segments.append(self._segment(*self._take(_ROWS_PER_SEGMENT)))
+
+    def finish(self, index: LexicalIndex) -> LexicalIndex:
+        """`index` made the index of every row added."""
+        if self._n_waiting:
+            self._segments.append(self._segment(*self._take(self._n_waiting)))
         del self._vocab[None]
-        return dict(self._vocab)
+        index._vocab = dict(self._vocab)
+        index._segments = self._segments
+        for segment in index._segments:
+            segment.vocab = index._vocab
+        index._bases = np.cumsum([0] + [s.n_rows for s in index._segments])
+        index.n_rows = int(index._bases[-1])
+        return index
 
-    def segment(self, numbers: np.ndarray, ends: np.ndarray) -> "_Segment":
+    def _take(self, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The first `n_rows` waiting rows, joined; the rest stay waiting."""
+        numbers, ends, taken = [], [], 0
+        while taken < n_rows:
+            block_numbers, block_ends = self._waiting.pop(0)
+            if taken + len(block_ends) > n_rows:
+                cut = n_rows - taken
+                self._waiting.insert(0, (block_numbers[block_ends[cut - 1]:], block_ends[cut:] - block_ends[cut - 1]))
+                block_numbers, block_ends = block_numbers[:block_ends[cut - 1]], block_ends[:cut]
+            ends.append(block_ends + sum(map(len, numbers)))
+            numbers.append(block_numbers)
+            taken += len(block_ends)
+        self._n_waiting -= n_rows
+        return np.concatenate(numbers), np.concatenate(ends)
+
+    def _segment(self, numbers: np.ndarray, ends: np.ndarray) -> "_Segment":
         """The segment of rows whose parts are `numbers`, row r's ending at `ends[r]`: positions count from 1
         within the row, are capped at 16383, and a lexeme keeps its first MAX_POSITIONS of a row."""
         self._encode(numbers)
