@@ -19,7 +19,8 @@ from rqsweep.files import read_data
 _ROWS_HASHED_AT_ONCE = 4096
 
 
-@dataclass(frozen=True)
+# Slots: a million documents or chunks cost about 60 bytes less each than with an instance dict.
+@dataclass(frozen=True, slots=True)
 class Document:
     key: str
     content: str
@@ -28,7 +29,7 @@ class Document:
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Memory:
     key: str
     content: str
@@ -63,7 +64,7 @@ class Corpus:
         return digest.hexdigest()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Chunk:
     chunk_id: str
     document_key: str
@@ -97,9 +98,12 @@ def memory_updated_at(memory: Memory, now: datetime) -> datetime:
     return now - timedelta(milliseconds=round(memory.age_days * 86_400_000))
 
 
-def _tags(value: object, file: Path, where: str) -> dict[str, str]:
+_NO_TAGS: Mapping[str, str] = {}  # shared by every row without tags (a mapping nothing writes to): 64 bytes each
+
+
+def _tags(value: object, file: Path, where: str) -> Mapping[str, str]:
     if value is None:
-        return {}
+        return _NO_TAGS
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
         raise InputError(file, where, f"tags must map strings to strings, got {shown(value)}")
     return dict(value)
