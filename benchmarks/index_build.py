@@ -71,7 +71,10 @@ def main() -> None:
     def as_built():
         """The feature hash's stored vectors and the lexical index, as `Index.build` makes them."""
         if hasattr(index_module, "_read_and_embed"):
-            vectors, parsed, read = index_module._read_and_embed(FeatureHashEmbedder(1024), texts)
+            built = index_module._read_and_embed(FeatureHashEmbedder(1024), texts)
+            if len(built) == 2:  # the lexical index built as the texts are read
+                return built
+            vectors, parsed, read = built
             return vectors, LexicalIndex.of_parts(parsed.parts, *read)
         return index_module._embed_stored(FeatureHashEmbedder(1024), texts), LexicalIndex(texts)
     texts = [d.content for d in corpus.documents]

@@ -52,7 +52,7 @@ def main() -> None:
         return timed
 
     # Since the build reads the texts for the lexical index while it embeds them (`_read_and_embed`), that reading
-    # counts in the embedding phase.
+    # counts in the embedding phase, and so does the lexical index's build once it is fed a portion at a time.
     for name, label in (("_embed_stored", "embedding"), ("_embed_column_major", "embedding"),
                         ("_read_and_embed", "embedding"), ("LexicalIndex", "lexical index"),
                         ("squared_norms", "norms")):

@@ -29,7 +29,9 @@ _TEXTS = st.lists(st.sampled_from(_PIECES), max_size=30).map("".join)
 
 def _state(value: object) -> dict:
     """An object's attributes, arrays as their type and bytes: equal states are the same object bit for bit."""
-    return {name: (v.dtype, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v for name, v in vars(value).items()}
+    return {name: (v.dtype, v.shape, v.tobytes()) if isinstance(v, np.ndarray)
+            else [_state(x) for x in v] if isinstance(v, list) and v and hasattr(v[0], "__dict__")
+            else v for name, v in vars(value).items()}
 
 
 def _read(cache: RunCache, numbers: np.ndarray, ends: np.ndarray) -> list[list]:

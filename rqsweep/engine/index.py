@@ -23,7 +23,8 @@ from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
 from rqsweep.engine.runs import ranges, split_runs
 from rqsweep.engine.tsearch import LexicalIndex
-from rqsweep.engine.tsearch.parser import RunCache, joined
+from rqsweep.engine.tsearch.index import LexicalIndexBuilder
+from rqsweep.engine.tsearch.parser import RunCache
 from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
@@ -52,25 +53,26 @@ def _column_major(n_rows: int, portions: Iterable[np.ndarray]) -> np.ndarray:
     return np.zeros((0, 1), np.float32, order="F") if out is None else out
 
 
-def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray | QuarterVectors, RunCache,
-                                                                        tuple[np.ndarray, np.ndarray]]:
-    """The vectors of `texts` as a store keeps them, and the texts read for the lexical index (a run cache, the
-    part numbers and row ends of `RunCache.parts_of`), a portion of texts at a time. An embedder that gives its
-    vectors as quarter counts (the feature hash) keeps them in a quarter of float32's memory and reads the runs
-    the lexical index reads, each portion cut once for both; any other embedder's vectors are column-major."""
+def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray | QuarterVectors, LexicalIndex]:
+    """The vectors of `texts` as a store keeps them, and their lexical index, a portion of texts at a time: each
+    portion read for the lexical index goes into its builder, so no more than a segment's rows are held read. An
+    embedder that gives its vectors as quarter counts (the feature hash) keeps them in a quarter of float32's
+    memory and reads the runs the lexical index reads, each portion cut once for both; any other embedder's
+    vectors are column-major."""
     quarters = hasattr(embedder, "embed_quarters")
-    parsed, read = RunCache(), []
+    parsed = RunCache()
+    lexical = LexicalIndexBuilder(parsed.parts)
 
     def portions() -> Iterator:
         # Quarter counts take their width from a first portion, even an empty one.
         for lo in range(0, len(texts) or int(quarters), _EMBED_PORTION):
             portion = texts[lo:lo + _EMBED_PORTION]
             runs = split_runs(portion)
-            read.append(parsed.parts_of(portion, runs))
+            lexical.add(*parsed.parts_of(portion, runs))
             yield embedder.embed_quarters(portion, runs) if quarters else embedder.embed(portion)
 
     vectors = (QuarterVectors.of_portions if quarters else _column_major)(len(texts), portions())
-    return vectors, parsed, joined(read)
+    return vectors, lexical.finish(LexicalIndex.__new__(LexicalIndex))
 
 
 def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes], groups: list[list[str]],
@@ -303,10 +305,10 @@ class Index(Catalog):
             rows: list = [text for group in groups for text in group]
             vectors, lexical = [], []
             for texts in (rows[:n], rows[n:]):
-                stored, parsed, read = _read_and_embed(embedder, texts)
+                stored, read = _read_and_embed(embedder, texts)
                 vectors.append(stored)
-                lexical.append(LexicalIndex.of_parts(parsed.parts, *read))
-            del texts, parsed, read
+                lexical.append(read)
+            del texts, stored, read
             reused = 0
         else:
             keys = ([cache.document_key(d.content) for d in corpus.documents]

@@ -600,13 +600,6 @@ class RunCache:
         return self.add(lexemes(row) if isinstance(row, str) else row)
 
 
-def joined(read: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks of rows read by `RunCache.parts_of` (into one cache) as one: their part numbers and row ends."""
-    numbers = np.concatenate([np.zeros(0, np.int32)] + [n for n, _ in read])
-    offsets = np.cumsum([0] + [len(n) for n, _ in read])
-    return numbers, np.concatenate([np.zeros(0, np.int64)] + [e + offset for (_, e), offset in zip(read, offsets)])
-
-
 _UNCLEAN = -1  # the part number of a run that raises _Unclean
 
 
