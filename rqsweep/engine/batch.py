@@ -323,13 +323,19 @@ def _contest(stack: PlanStack, kept: np.ndarray, blend: bool) -> _Contest:
                     stack.l_pos[row, column], wins_tie[row, column], bounds)
 
 
+def _reciprocals(positions: int, rrf_k: np.ndarray) -> np.ndarray:
+    """(positions, rrf_k values) each list position's fused term 1/(rrf_k + r), as SOAT adds it; 0 at position 0,
+    not in the list. Position-major, so that gathering positions copies whole rows."""
+    reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])
+    reciprocal[0] = 0.0
+    return reciprocal
+
+
 def _fused_ranks(stack: PlanStack, contest: _Contest, rrf_k: np.ndarray, limit: int) -> np.ndarray:
     """(rows, rrf_k values) uint8 1-based position of each row's target in its query's order, 0 when absent or
     past `limit`."""
     positions = max(stack.v_pos.max(initial=0), stack.l_pos.max(initial=0)) + 1
-    # (position, rrf_k) so that gathering positions copies whole rows.
-    reciprocal = 1.0 / (np.arange(positions)[:, None] + rrf_k.astype(np.float64)[None, :])  # 1/(rrf_k + r), as SOAT
-    reciprocal[0] = 0.0  # not in the list: no term
+    reciprocal = _reciprocals(positions, rrf_k)
     target = reciprocal[contest.target_v] + reciprocal[contest.target_l]
     # An item that wins a tie is ahead on an equal score too: it needs more than the float just below the target's.
     bars = np.stack([target, np.nextafter(target, -np.inf)], axis=1).reshape(-1, len(rrf_k))
@@ -414,8 +420,7 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     v, l, decayed, age = stack.v_pos[unit_row], stack.l_pos[unit_row], stack.decayed[unit_row], stack.age_days[unit_row]
     each, item = np.arange(len(units)), stack.item[unit_row]
     positions = max(v.max(initial=0), l.max(initial=0)) + 1
-    reciprocal = 1.0 / (ks.astype(np.float64)[:, None] + np.arange(positions)[None, :])  # 1/(rrf_k + r), as SOAT
-    reciprocal[:, 0] = 0.0  # not in the list: no term
+    reciprocal = _reciprocals(positions, ks)
     in_v = (v > 0) & (v <= unit_kept[:, None])
     present = in_v | (l > 0)
     v_kept = np.where(in_v, v, 0)
@@ -425,25 +430,35 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     ahead, undecided = _blend_decided(age, decayed, in_v, l, insertion, item, others)
     # Scores and ties only where the order depends on rrf_k and the half-life: the undecided items and the targets.
     unit, column = np.nonzero(undecided)
-    # (rrf_k values, undecided): each undecided item's and its target's fused score.
-    target_item = item[unit]
-    target_fused = reciprocal[:, v_kept[unit, target_item]] + reciprocal[:, l[unit, target_item]]
-    contest_fused = reciprocal[:, v_kept[unit, column]] + reciprocal[:, l[unit, column]]
-    target_decayed, contest_decayed = decayed[unit, target_item], decayed[unit, column]
-    before = (contest_fused > target_fused) | (
-        (contest_fused == target_fused) & (insertion[unit, column] < insertion[unit, target_item]))
-    contest_wins = (contest_decayed < target_decayed) | ((contest_decayed == target_decayed) & before)
+    # An item contests its target alike under every prefix of the target's row that keeps (or drops) both alike:
+    # one contest for all of them.
+    key = ((unit_row[unit] * v.shape[1] + column) * 2 + in_v[unit, item[unit]]) * 2 + in_v[unit, column]
+    keys, contest = np.unique(key, return_inverse=True)
+    contest = contest.ravel()
+    sample = np.empty(len(keys), np.int64)
+    sample[contest] = np.arange(len(contest))  # an undecided item of each contest
+    sample_unit, sample_column = unit[sample], column[sample]
+    target_item = item[sample_unit]
+    # (contests, rrf_k values): each contest's item's and target's fused score.
+    target_fused = reciprocal[v_kept[sample_unit, target_item]] + reciprocal[l[sample_unit, target_item]]
+    contest_fused = reciprocal[v_kept[sample_unit, sample_column]] + reciprocal[l[sample_unit, sample_column]]
+    target_decayed, contest_decayed = decayed[sample_unit, target_item], decayed[sample_unit, sample_column]
+    first_in = insertion[sample_unit, sample_column] < insertion[sample_unit, target_item]
+    before = (contest_fused > target_fused) | ((contest_fused == target_fused) & first_in[:, None])
+    contest_wins = (contest_decayed < target_decayed)[:, None] | ((contest_decayed == target_decayed)[:, None] & before)
     won = _undecided_ahead(target_fused, contest_fused, contest_wins,
-                           np.where(target_decayed, age[unit, target_item], 0.0),  # the age each factor decays
-                           np.where(contest_decayed, age[unit, column], 0.0), hs, unit, len(units))
-    unit_rank = np.zeros((len(pairs), len(units) + 1), np.uint8)  # the last, never ranked, for other queries' rows
-    unit_rank[:, :-1] = _cut(ahead + won[pairs // len(hs), pairs % len(hs)] + 1, present[each, item], limit)
+                           np.where(target_decayed, age[sample_unit, target_item], 0.0),  # the age each factor decays
+                           np.where(contest_decayed, age[sample_unit, sample_column], 0.0), hs, contest, unit,
+                           len(units))
+    unit_rank = np.zeros((len(units) + 1, len(pairs)), np.uint8)  # the last, never ranked, for other queries' rows
+    unit_rank[:-1] = _cut(ahead[:, None] + won[:, pairs // len(hs), pairs % len(hs)] + 1, present[each, item, None],
+                          limit)
     if not len(stack.key_starts):
         return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
     # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
     row_unit = np.full((len(stack.item), len(floors)), len(units), np.int32)  # each row's unit under each floor
     row_unit[rows] = unit_of.T
-    at = row_unit[stack.member_rows][:, floor_index.ravel()] + (pair_of.ravel() * (len(units) + 1)).astype(np.int32)
+    at = row_unit[stack.member_rows][:, floor_index.ravel()] * np.int32(len(pairs)) + pair_of.ravel().astype(np.int32)
     first = _first_slots(stack, unit_rank.ravel()[at])  # (keys, settings); C order: fast
     aged = stack.aged[stack.key_slots // stack.width]
     return stack.key_slots[aged], first[aged]
@@ -480,8 +495,12 @@ _EXPONENT_CAP = 900.0  # age / half-life: the factor 2^-(age/half-life) stays fa
 
 
 def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: np.ndarray, target_age: np.ndarray,
-                     contest_age: np.ndarray, half_lives: np.ndarray, unit: np.ndarray, n_units: int) -> np.ndarray:
-    """(rrf_k values, half-lives, units) how many of each unit's undecided items are ahead of its target.
+                     contest_age: np.ndarray, half_lives: np.ndarray, contest: np.ndarray, unit: np.ndarray,
+                     n_units: int) -> np.ndarray:
+    """(units, rrf_k values, half-lives) how many of each unit's undecided items are ahead of its target.
+
+    The items are placed once per contest (rows of the (contests, rrf_k values) arrays), then counted once per
+    undecided item: item o, of unit `unit[o]`, contests its target as contest `contest[o]` does.
 
     Item j (fused score F_j, the age a_j its factor decays, 0 for none) is ahead of the target t under a half-life
     h when fl(F_j c_j) > fl(F_t c_t), c = `recency_factor` (the product as `recency_blend` takes it), or when
@@ -493,14 +512,14 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     `_MARGIN` of the crossing (exact ties among them) or past the cap are compared exactly, as `recency_blend`
     compares them.
     """
-    n_ks, n = target_fused.shape
+    n, n_ks = target_fused.shape
     n_hs = len(half_lives)
     by_u = half_lives[::-1]
     u = 1.0 / by_u  # increasing
     slope = np.log(2.0) * (contest_age - target_age)  # (n,)
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(contest_fused) - np.log(target_fused)  # (rrf_k values, n); an absent target (0) is never ranked
-        crossing, half_width = gap / slope, _MARGIN / np.abs(slope)  # g = slope (crossing - u)
+        gap = np.log(contest_fused) - np.log(target_fused)  # (n, rrf_k values); an absent target (0) is never ranked
+        crossing, half_width = gap / slope[:, None], (_MARGIN / np.abs(slope))[:, None]  # g = slope (crossing - u)
         low, high = crossing - half_width, crossing + half_width  # g within the margin for u in [low, high]
         capped = np.searchsorted(u, _EXPONENT_CAP / np.maximum(contest_age, target_age), side="right")  # (n,)
     # Older than the target (slope > 0): ahead below `low`, exact up to `high`, behind after; younger: the other
@@ -510,48 +529,74 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     exact_to = exact_from.copy()
     banded = np.flatnonzero(np.append(u, np.inf)[exact_from] <= high)
     exact_to.ravel()[banded] = np.searchsorted(u, high.ravel()[banded], side="right")
+    # An item's run ahead is [0, edge) when it is not younger, [edge, n_hs) when it is (or shorter: past the cap).
     younger = slope < 0
-    ahead_from, ahead_to = np.where(younger, exact_to, 0), np.where(younger, n_hs, exact_from)
+    edge = np.where(younger[:, None], exact_to, exact_from)
     level = np.flatnonzero(slope == 0)  # g = gap under every half-life
     if len(level):
-        within = np.abs(gap[:, level]) <= _MARGIN
-        exact_from[:, level], exact_to[:, level], ahead_from[:, level] = np.where(within, 0, n_hs), n_hs, 0
-        ahead_to[:, level] = np.where(~within & (gap[:, level] > 0), n_hs, 0)
-    exact_from, exact_to, runs_of = exact_from.ravel(), exact_to.ravel(), np.arange(n_ks * n)
+        within = np.abs(gap[level]) <= _MARGIN
+        exact_from[level], exact_to[level] = np.where(within, 0, n_hs), n_hs
+        edge[level] = np.where(~within & (gap[level] > 0), n_hs, 0)
+    # Runs of half-lives compared exactly, flattened as (contest, rrf_k); and the younger items' runs that end early.
+    exact_from, exact_to, runs_of = exact_from.ravel(), exact_to.ravel(), np.arange(n * n_ks)
+    cut_young = np.zeros((0, 3), np.int64)  # (contest, rrf_k, half-life where its run ahead ends)
     guarded = np.flatnonzero(capped < n_hs)
     if len(guarded):  # past the cap every half-life is compared exactly: the runs end there, an exact one follows
-        cap = np.tile(capped[guarded], n_ks)
-        flat = (np.arange(n_ks)[:, None] * n + guarded).ravel()
+        cap = np.repeat(capped[guarded], n_ks)
+        flat = (guarded[:, None] * n_ks + np.arange(n_ks)).ravel()
         exact_to[flat] = np.maximum(exact_from[flat], np.minimum(exact_to[flat], cap))
-        ahead_to[:, guarded] = np.maximum(ahead_from[:, guarded], np.minimum(ahead_to[:, guarded], capped[guarded]))
+        old, cut = guarded[~younger[guarded]], guarded[younger[guarded]]
+        edge[old] = np.minimum(edge[old], capped[old, None])
+        ends = np.maximum(edge[cut], capped[cut, None])
+        cut_young = np.stack([np.repeat(cut, n_ks), np.tile(np.arange(n_ks), len(cut)), ends.ravel()], axis=1)
         exact_from, exact_to = np.concatenate([exact_from, cap]), np.concatenate([exact_to, np.full_like(cap, n_hs)])
         runs_of = np.concatenate([runs_of, flat])
-    # Each (rrf_k, unit)'s count over the half-lives (in u order) as the running sum of +1 where an item's run of
-    # half-lives ahead starts and -1 where it ends; an exact comparison won is a run of one.
-    cell = np.arange(n_ks)[:, None] * ((n_hs + 1) * n_units) + unit[None, :]  # + i * n_units: half-life i
-    starts, ends = [(cell + ahead_from * n_units).ravel()], [(cell + ahead_to * n_units).ravel()]
+    # Exact comparisons won, each a run of one half-life: (contest, rrf_k, half-life).
+    won_exactly = np.zeros((0, 3), np.int64)
     some = np.flatnonzero(exact_to > exact_from)
     lengths = exact_to[some] - exact_from[some]
     which = np.repeat(some, lengths)
     if len(which):
         i = exact_from[which] + np.arange(len(which)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        k, j = np.divmod(runs_of[which], n)
+        j, k = np.divmod(runs_of[which], n_ks)
         involved = np.zeros(n, bool)
         involved[j] = True
         ages = np.unique(np.concatenate([target_age[involved], contest_age[involved]]))
         factors = np.array([[recency_factor(a, x) for x in by_u.tolist()] for a in ages.tolist()])  # a call each
-        target = target_fused[k, j] * factors[np.searchsorted(ages, target_age[j]), i]
-        score = contest_fused[k, j] * factors[np.searchsorted(ages, contest_age[j]), i]
-        won = (score > target) | ((score == target) & wins[k, j])
-        at = cell[k[won], j[won]] + i[won] * n_units
-        starts.append(at)
-        ends.append(at + n_units)
-    size = n_ks * (n_hs + 1) * n_units
-    runs = (np.bincount(np.concatenate(starts), minlength=size) - np.bincount(np.concatenate(ends), minlength=size))
-    # One running sum down every row: each rrf_k's block of rows adds up to 0, so blocks do not leak.
-    count = np.cumsum(runs.reshape(n_ks * (n_hs + 1), n_units), axis=0, dtype=np.int32)
-    count = count.reshape(n_ks, n_hs + 1, n_units)
-    return count[:, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
+        target = target_fused[j, k] * factors[np.searchsorted(ages, target_age[j]), i]
+        score = contest_fused[j, k] * factors[np.searchsorted(ages, contest_age[j]), i]
+        won = (score > target) | ((score == target) & wins[j, k])
+        won_exactly = np.stack([j[won], k[won], i[won]], axis=1)
+    # Each (unit, rrf_k)'s count over the half-lives (in u order) as the running sum of +1 where an item's run of
+    # half-lives ahead starts and -1 where it ends, in cells (unit, rrf_k, half-life): the items come unit by unit.
+    size, k_cell = n_units * n_ks * (n_hs + 1), np.arange(n_ks) * (n_hs + 1)
+    unit_cell = unit * (n_ks * (n_hs + 1))
+    young = younger[contest]
+    starting, ending = np.flatnonzero(young), np.flatnonzero(~young)  # the runs that start at `edge`; that end there
+    runs = (np.bincount((edge[contest[starting]] + (unit_cell[starting, None] + k_cell)).ravel(), minlength=size)
+            - np.bincount((edge[contest[ending]] + (unit_cell[ending, None] + k_cell)).ravel(), minlength=size))
+    runs = runs.reshape(n_units, n_ks, n_hs + 1)
+    runs[:, :, 0] += np.bincount(unit[ending], minlength=n_units)[:, None]  # the runs that start at the first
+    uncut = starting[~(younger & (capped < n_hs))[contest[starting]]]
+    runs[:, :, n_hs] -= np.bincount(unit[uncut], minlength=n_units)[:, None]  # the runs that end after the last
+    for entries, sign in ((cut_young, -1), (won_exactly, 1), (won_exactly + (0, 0, 1), -1)):
+        j, k, h = entries.T
+        at, original = _undecided_of(j, contest, n)
+        np.add.at(runs, (unit[original], k[at], h[at]), sign)
+    # One running sum through every cell: each (unit, rrf_k)'s run of cells adds up to 0, so they do not leak.
+    count = np.cumsum(runs.ravel(), dtype=np.int32).reshape(n_units, n_ks, n_hs + 1)
+    return count[:, :, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
+
+
+def _undecided_of(j: np.ndarray, contest: np.ndarray, n_contests: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair (a, o) of an entry a of `j` (contests) and an undecided item o of that contest."""
+    order = np.argsort(j, kind="stable")
+    per = np.bincount(j, minlength=n_contests)
+    original = np.flatnonzero(per[contest] > 0)
+    reps = per[contest[original]]
+    first = np.cumsum(per) - per
+    at = np.repeat(first[contest[original]] - np.cumsum(reps) + reps, reps) + np.arange(reps.sum())
+    return order[at], np.repeat(original, reps)
 
 
 @dataclass(frozen=True)
