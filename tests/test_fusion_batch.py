@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
+from rqsweep.engine import batch as fast_path
 from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
                                   later_search_changes, reciprocal_rank_fusion, similarity_floor, stack_both_orders,
                                   stack_plans, stacked_positions, tie_order_changes)
@@ -247,6 +249,8 @@ def test_aged_memories_stacked_equal_the_reference(case):
     queries = [(cands, np.abs(ages) + 0.5, groups) for cands, ages, groups in queries]
     plans = [plan_query(cands, groups, ages) for cands, ages, groups in queries]
     found = stacked_positions(stack_plans(plans), SettingsBatch.from_knobs(knobs), limit)
+    with mock.patch.object(fast_path, "_UNIT_BLOCK", 1):  # every (target, kept prefix) ranked in a block of its own
+        assert np.array_equal(stacked_positions(stack_plans(plans), SettingsBatch.from_knobs(knobs), limit), found)
     for s, k in enumerate(knobs):
         for q, (cands, ages, groups) in enumerate(queries):
             assert found[s, q, : len(groups)].tolist() == positions_from_reference(cands, k, limit, ages, groups)

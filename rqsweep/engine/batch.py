@@ -270,6 +270,7 @@ def stack_plans(plans: Sequence[QueryPlan]) -> PlanStack:
 
 
 _NOT_LISTED = np.int64(1 << 40)  # the position of an item not in a list: after every listed one
+_UNIT_BLOCK = 1 << 14  # (units, items) cells ranked at once under the blend: keeps each contest's work arrays small
 
 
 @dataclass(frozen=True)
@@ -379,7 +380,7 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
     blended = np.flatnonzero(blend)
     if len(blended) and stack.aged.any():
         slots, first = _blended_positions(stack, settings[blended], limit)
-        out.ravel()[(blended[None, :] * out.shape[1] + slots[:, None]).ravel()] = first.ravel()
+        out[np.ix_(blended, slots)] = first.T
     return out.reshape(len(settings), n_queries, stack.width)
 
 
@@ -417,8 +418,28 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     units, unit_of = np.unique(np.arange(len(rows)) * (stack.v_pos.shape[1] + 1) + kept, return_inverse=True)
     unit_of = unit_of.reshape(kept.shape)
     unit_row, unit_kept = rows[units // (stack.v_pos.shape[1] + 1)], units % (stack.v_pos.shape[1] + 1)
+    unit_rank = np.zeros((len(units) + 1, len(pairs)), np.uint8)  # the last, never ranked, for other queries' rows
+    step = max(1, _UNIT_BLOCK // max(1, stack.v_pos.shape[1]))
+    for start in range(0, len(units), step):
+        block = slice(start, min(start + step, len(units)))
+        unit_rank[block] = _rank_units(stack, unit_row[block], unit_kept[block], ks, hs, pairs, limit)
+    if not len(stack.key_starts):
+        return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
+    # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
+    row_unit = np.full((len(stack.item), len(floors)), len(units), np.int32)  # each row's unit under each floor
+    row_unit[rows] = unit_of.T
+    at = row_unit[stack.member_rows][:, floor_index.ravel()] * np.int32(len(pairs)) + pair_of.ravel().astype(np.int32)
+    first = _first_slots(stack, unit_rank.ravel()[at])  # (keys, settings); C order: fast
+    aged = stack.aged[stack.key_slots // stack.width]
+    return stack.key_slots[aged], first[aged]
+
+
+def _rank_units(stack: PlanStack, unit_row: np.ndarray, unit_kept: np.ndarray, ks: np.ndarray, hs: np.ndarray,
+                pairs: np.ndarray, limit: int) -> np.ndarray:
+    """(units, pairs) uint8 the position of each unit's target (the row `unit_row` with `unit_kept` of its V kept)
+    under each (rrf_k, half-life) pair, index `pairs` into (ks, hs), 0 when absent or past `limit`."""
     v, l, decayed, age = stack.v_pos[unit_row], stack.l_pos[unit_row], stack.decayed[unit_row], stack.age_days[unit_row]
-    each, item = np.arange(len(units)), stack.item[unit_row]
+    each, item = np.arange(len(unit_row)), stack.item[unit_row]
     positions = max(v.max(initial=0), l.max(initial=0)) + 1
     reciprocal = _reciprocals(positions, ks)
     in_v = (v > 0) & (v <= unit_kept[:, None])
@@ -449,19 +470,10 @@ def _blended_positions(stack: PlanStack, settings: SettingsBatch, limit: int) ->
     won = _undecided_ahead(target_fused, contest_fused, contest_wins,
                            np.where(target_decayed, age[sample_unit, target_item], 0.0),  # the age each factor decays
                            np.where(contest_decayed, age[sample_unit, sample_column], 0.0), hs, contest, unit,
-                           len(units))
-    unit_rank = np.zeros((len(units) + 1, len(pairs)), np.uint8)  # the last, never ranked, for other queries' rows
-    unit_rank[:-1] = _cut(ahead[:, None] + won[:, pairs // len(hs), pairs % len(hs)] + 1, present[each, item, None],
-                          limit)
-    if not len(stack.key_starts):
-        return stack.key_slots, np.zeros((0, len(settings)), np.uint8)
-    # int32 indices: unit_rank holds far fewer than 2**31 cells, and (members, settings) of them is the widest array.
-    row_unit = np.full((len(stack.item), len(floors)), len(units), np.int32)  # each row's unit under each floor
-    row_unit[rows] = unit_of.T
-    at = row_unit[stack.member_rows][:, floor_index.ravel()] * np.int32(len(pairs)) + pair_of.ravel().astype(np.int32)
-    first = _first_slots(stack, unit_rank.ravel()[at])  # (keys, settings); C order: fast
-    aged = stack.aged[stack.key_slots // stack.width]
-    return stack.key_slots[aged], first[aged]
+                           len(unit_row))
+    rank = won[:, pairs // len(hs), pairs % len(hs)]  # int32, as `ahead` below: the widest (units, pairs) arrays
+    rank += (ahead + 1).astype(np.int32)[:, None]
+    return _cut(rank, present[each, item, None], limit)
 
 
 def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, l_pos: np.ndarray,
@@ -518,9 +530,11 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     u = 1.0 / by_u  # increasing
     slope = np.log(2.0) * (contest_age - target_age)  # (n,)
     with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(contest_fused) - np.log(target_fused)  # (n, rrf_k values); an absent target (0) is never ranked
+        gap = np.log(contest_fused)  # (n, rrf_k values); an absent target (0) is never ranked
+        gap -= np.log(target_fused)
         crossing, half_width = gap / slope[:, None], (_MARGIN / np.abs(slope))[:, None]  # g = slope (crossing - u)
-        low, high = crossing - half_width, crossing + half_width  # g within the margin for u in [low, high]
+        # g within the margin for u in [low, high]
+        low, high = crossing - half_width, np.add(crossing, half_width, out=crossing)
         capped = np.searchsorted(u, _EXPONENT_CAP / np.maximum(contest_age, target_age), side="right")  # (n,)
     # Older than the target (slope > 0): ahead below `low`, exact up to `high`, behind after; younger: the other
     # way round.
@@ -573,8 +587,8 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     unit_cell = unit * (n_ks * (n_hs + 1))
     young = younger[contest]
     starting, ending = np.flatnonzero(young), np.flatnonzero(~young)  # the runs that start at `edge`; that end there
-    runs = (np.bincount((edge[contest[starting]] + (unit_cell[starting, None] + k_cell)).ravel(), minlength=size)
-            - np.bincount((edge[contest[ending]] + (unit_cell[ending, None] + k_cell)).ravel(), minlength=size))
+    runs = np.bincount(_cells(edge, contest, starting, unit_cell, k_cell), minlength=size)
+    runs -= np.bincount(_cells(edge, contest, ending, unit_cell, k_cell), minlength=size)
     runs = runs.reshape(n_units, n_ks, n_hs + 1)
     runs[:, :, 0] += np.bincount(unit[ending], minlength=n_units)[:, None]  # the runs that start at the first
     uncut = starting[~(younger & (capped < n_hs))[contest[starting]]]
@@ -586,6 +600,15 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     # One running sum through every cell: each (unit, rrf_k)'s run of cells adds up to 0, so they do not leak.
     count = np.cumsum(runs.ravel(), dtype=np.int32).reshape(n_units, n_ks, n_hs + 1)
     return count[:, :, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
+
+
+def _cells(edge: np.ndarray, contest: np.ndarray, items: np.ndarray, unit_cell: np.ndarray,
+           k_cell: np.ndarray) -> np.ndarray:
+    """The cells (unit, rrf_k, `edge`) of `items` (undecided items) under every rrf_k, in place in one array."""
+    cells = edge[contest[items]]
+    cells += unit_cell[items, None]
+    cells += k_cell
+    return cells.ravel()
 
 
 def _undecided_of(j: np.ndarray, contest: np.ndarray, n_contests: int) -> tuple[np.ndarray, np.ndarray]:
