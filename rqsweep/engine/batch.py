@@ -593,10 +593,10 @@ def _undecided_ahead(target_fused: np.ndarray, contest_fused: np.ndarray, wins: 
     runs[:, :, 0] += np.bincount(unit[ending], minlength=n_units)[:, None]  # the runs that start at the first
     uncut = starting[~(younger & (capped < n_hs))[contest[starting]]]
     runs[:, :, n_hs] -= np.bincount(unit[uncut], minlength=n_units)[:, None]  # the runs that end after the last
-    for entries, sign in ((cut_young, -1), (won_exactly, 1), (won_exactly + (0, 0, 1), -1)):
-        j, k, h = entries.T
-        at, original = _undecided_of(j, contest, n)
-        np.add.at(runs, (unit[original], k[at], h[at]), sign)
+    j, k, h = np.concatenate([cut_young, won_exactly, won_exactly + (0, 0, 1)]).T
+    sign = np.repeat([-1, 1, -1], [len(cut_young), len(won_exactly), len(won_exactly)])
+    at, original = _undecided_of(j, contest, n)
+    np.add.at(runs, (unit[original], k[at], h[at]), sign[at])
     # One running sum through every cell: each (unit, rrf_k)'s run of cells adds up to 0, so they do not leak.
     count = np.cumsum(runs.ravel(), dtype=np.int32).reshape(n_units, n_ks, n_hs + 1)
     return count[:, :, n_hs - 1 :: -1]  # half-lives increasing, as `half_lives`
