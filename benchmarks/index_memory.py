@@ -67,9 +67,11 @@ def main() -> None:
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    index = index_module.Index.build(corpus, FeatureHashEmbedder(1024), Chunking("whole"))
-    done.set()
-    sampler.join()
+    try:
+        index = index_module.Index.build(corpus, FeatureHashEmbedder(1024), Chunking("whole"))
+    finally:
+        done.set()
+        sampler.join()
     # The float32 rows pgvector holds, whatever the store keeps (the feature hash's quarter counts are smaller).
     vectors = sum(len(store.ids) * store.vectors.shape[1] * 4 for store in index.stores.values())
     stored = sum(store.vectors.nbytes for store in index.stores.values())

@@ -246,7 +246,7 @@ def test_a_segmented_index_answers_as_one_segment(texts, rows_per_segment, porti
         for size in portion_sizes + [len(texts)]:
             builder.add(*cache.parts_of(texts[lo:lo + size]))
             lo += size
-        portions = builder.finish(LexicalIndex.__new__(LexicalIndex))
+        portions = builder.finish()
     assert len(segmented._segments) == len(portions._segments) == -(-len(texts) // rows_per_segment)
     assert segmented._vocab == stored._vocab == portions._vocab == whole._vocab
     assert (_indexed_vectors(segmented) == _indexed_vectors(stored) == _indexed_vectors(portions)

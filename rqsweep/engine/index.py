@@ -72,7 +72,7 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarra
             yield embedder.embed_quarters(portion, runs) if quarters else embedder.embed(portion)
 
     vectors = (QuarterVectors.of_portions if quarters else _column_major)(len(texts), portions())
-    return vectors, lexical.finish(LexicalIndex.__new__(LexicalIndex))
+    return vectors, lexical.finish()
 
 
 def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes], groups: list[list[str]],

@@ -48,14 +48,14 @@ class LexicalIndex:
         # A segment's texts at a time: cutting texts into runs holds every run of them as a string.
         for lo in range(0, len(texts), _ROWS_PER_SEGMENT):
             builder.add(*cache.parts_of(texts[lo:lo + _ROWS_PER_SEGMENT]))
-        builder.finish(self)
+        builder._fill(self)
 
     @classmethod
     def of_parts(cls, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> "LexicalIndex":
         """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`."""
         builder = LexicalIndexBuilder(parts)
         builder.add(numbers, ends)
-        return builder.finish(cls.__new__(cls))
+        return builder.finish()
 
     def search(self, query_text: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows matching ``websearch_to_tsquery('simple', query_text)`` (ascending) and their ts_rank_cd.
@@ -361,8 +361,11 @@ class LexicalIndexBuilder:
         while self._n_waiting >= _ROWS_PER_SEGMENT:
             self._segments.append(self._segment(*self._take(_ROWS_PER_SEGMENT)))
 
-    def finish(self, index: LexicalIndex) -> LexicalIndex:
-        """`index` made the index of every row added."""
+    def finish(self) -> LexicalIndex:
+        """The index of every row added."""
+        return self._fill(LexicalIndex.__new__(LexicalIndex))
+
+    def _fill(self, index: LexicalIndex) -> LexicalIndex:
         if self._n_waiting:
             self._segments.append(self._segment(*self._take(self._n_waiting)))
         del self._vocab[None]
