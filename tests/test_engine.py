@@ -6,11 +6,13 @@ from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rqsweep.corpus import Chunk, Chunking, Corpus, Document, Memory, chunk_document
 from rqsweep.engine.batch import SettingsBatch, expected_positions
 from rqsweep.engine.embed import FeatureHashEmbedder
-from rqsweep.engine.index import Index, clamp_limit
+from rqsweep.engine.index import Catalog, Index, Rows, clamp_limit
 from rqsweep.scope import Scope
 from rqsweep.knobs import KnobError, Knobs
 
@@ -143,3 +145,19 @@ def test_batch_ranks_equal_search_for_many_settings(index):
         want = [next((p for p, r in enumerate(index.search(query, s, 10), 1) if r.key == key), 0) for s in settings]
         assert got.tolist() == want, query
     assert np.isfinite(index.memory_age_days()).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "ab", "é", "a\ud800", "\U0001f600", ""]), max_size=12),
+       st.lists(st.sampled_from(["m", "b", "a\udc00"]), max_size=5, unique=True),
+       st.lists(st.sampled_from(["a", "b", "ab", "é", "a\ud800", "a\udc00", "m", "zz", ""]), max_size=6))
+def test_expected_rows_are_every_row_of_the_key(document_keys, memory_keys, wanted):
+    """Each wanted key's rows in both tables, keys repeated (a document's chunks), shared between the tables,
+    missing, empty or holding lone surrogates: what a scan of every row finds."""
+    def rows(keys):
+        return Rows("x", list(keys), list(keys), [""] * len(keys), [{}] * len(keys), [""] * len(keys),
+                    np.zeros(len(keys), np.int64))
+    catalog = Catalog(rows(document_keys), rows(memory_keys), FeatureHashEmbedder(8), datetime.now(timezone.utc))
+    scan = [{(kind, row) for kind, keys in (("document", document_keys), ("memory", memory_keys))
+             for row, key in enumerate(keys) if key == k} for k in wanted]
+    assert catalog.expected_rows(wanted) == scan
