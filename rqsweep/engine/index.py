@@ -311,27 +311,26 @@ class Index(Catalog):
         """
         now = now or datetime.now(timezone.utc)
         per_document = [chunk_document(d, chunking) for d in corpus.documents]
-        groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
-        n = sum(map(len, per_document))
+        documents, memories = table_rows(corpus, per_document, now)
         if cache is None:
-            rows: list = [text for group in groups for text in group]
-            vectors, lexical = [], []
-            for texts in (rows[:n], rows[n:]):
-                stored, read = _read_and_embed(embedder, texts)
-                vectors.append(stored)
-                lexical.append(read)
-            del texts, stored, read
+            # The tables' contents are the texts: the chunks go before the build holds what it makes beside them.
+            del per_document
+            built = [_read_and_embed(embedder, documents.contents), _read_and_embed(embedder, memories.contents)]
+            vectors, lexical = [stored for stored, _ in built], [read for _, read in built]
+            del built
             reused = 0
         else:
+            groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
+            n = sum(map(len, per_document))
+            del per_document
             keys = ([cache.document_key(d.content) for d in corpus.documents]
                     + [cache.memory_key(m.content) for m in corpus.memories])
             both, parsed, read, reused = _build_with_cache(cache, embedder, keys, groups, len(corpus.documents))
+            del groups
             vectors = [both[:n], both[n:]]
             lexical = [LexicalIndex.of_parts(parsed.parts, *parts) for parts in read]
             del parsed, read
-        total = sum(map(len, groups))
-        del groups
-        documents, memories = table_rows(corpus, per_document, now)
+        total = len(documents.ids) + len(memories.ids)
         index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0]),
                     Store(**vars(memories), vectors=vectors[1], lexical=lexical[1]),
                     embedder, now, tie_order)
