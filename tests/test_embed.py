@@ -77,6 +77,15 @@ def test_fnv1a_hashes_utf16_units_not_bytes():
     assert fnv1a32("\ud83d", INDEX_SEED) == ((INDEX_SEED ^ 0xD83D) * P) % M
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(codec=None, blacklist_categories=()), max_size=30), max_size=20),
+       st.sampled_from([INDEX_SEED, SIGN_SEED]))
+def test_many_texts_hash_together_as_one_by_one(texts, seed):
+    """The embedder hashes its new features together (`fnv1a32_many`): the same hashes as `fnv1a32`, for texts of
+    any lengths, astral characters and lone surrogates included."""
+    assert feature_hash.fnv1a32_many(texts, seed).tolist() == [fnv1a32(text, seed) for text in texts]
+
+
 # --- vectors ------------------------------------------------------------------------------------------
 
 def test_one_token_vector_by_hand():
@@ -259,6 +268,7 @@ def test_a_batch_embeds_each_text_as_the_literal_reference(texts, dimensions, sl
     gives each text the literal reading's vector bit for bit, whatever the block of rows."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(feature_hash, "_SLOTS", slots)
+        patch.setattr(feature_hash, "_MIN_ROWS_PER_BLOCK", 1)
         got = FeatureHashEmbedder(dimensions).embed(texts)
     assert got.shape == (len(texts), dimensions)
     for text, vector in zip(texts, got):

@@ -60,19 +60,24 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarra
     embedder that gives its vectors as quarter counts (the feature hash) keeps them in a quarter of float32's
     memory and reads the runs the lexical index reads, each portion cut once for both; any other embedder's
     vectors are column-major."""
-    quarters = hasattr(embedder, "embed_quarters")
+    quarters = hasattr(embedder, "quarter_blocks")
     parsed = RunCache()
     lexical = LexicalIndexBuilder(parsed.parts)
 
     def portions() -> Iterator:
-        # Quarter counts take their width from a first portion, even an empty one.
-        for lo in range(0, len(texts) or int(quarters), _EMBED_PORTION):
+        for lo in range(0, len(texts), _EMBED_PORTION):
             portion = texts[lo:lo + _EMBED_PORTION]
             runs = split_runs(portion)
             lexical.add(*parsed.parts_of(portion, runs))
-            yield embedder.embed_quarters(portion, runs) if quarters else embedder.embed(portion)
+            if quarters:
+                yield from embedder.quarter_blocks(portion, runs)
+            else:
+                yield embedder.embed(portion)
 
-    vectors = (QuarterVectors.of_portions if quarters else _column_major)(len(texts), portions())
+    if quarters:
+        vectors = QuarterVectors.of_blocks(len(texts), embedder.dimensions, portions())
+    else:
+        vectors = _column_major(len(texts), portions())
     return vectors, lexical.finish()
 
 

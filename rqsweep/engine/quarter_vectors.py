@@ -9,6 +9,7 @@ arithmetic needs; `cosine_top_many`'s estimate reads the counts' columns directl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -27,23 +28,22 @@ class QuarterVectors:
 
     @classmethod
     def embed(cls, embedder: FeatureHashEmbedder, texts: Sequence[str], portion: int) -> "QuarterVectors":
-        """The vectors of `texts`, embedded `portion` texts at a time (the float32 rows are never all held)."""
-        return cls.of_portions(len(texts), (embedder.embed_quarters(texts[start:start + portion])
-                                            for start in range(0, max(len(texts), 1), portion)))
+        """The vectors of `texts`, `portion` texts cut into runs at a time (the float32 rows are never held)."""
+        return cls.of_blocks(len(texts), embedder.dimensions,
+                             chain.from_iterable(embedder.quarter_blocks(texts[start:start + portion])
+                                                 for start in range(0, len(texts), portion)))
 
     @classmethod
-    def of_portions(cls, n_rows: int, portions: Iterable[tuple[np.ndarray, np.ndarray]]) -> "QuarterVectors":
-        """The vectors of `n_rows` rows from `embed_quarters`' answers for consecutive portions of them, at least
-        one (an empty one gives the width)."""
-        counts, divisors, start = None, np.empty(n_rows), 0
-        for part, part_divisors in portions:
-            if counts is None:
-                counts = np.empty((n_rows, part.shape[1]), np.int8, order="F")
-            widest = int(np.abs(part).max()) if part.size else 0
+    def of_blocks(cls, n_rows: int, dimensions: int,
+                  blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> "QuarterVectors":
+        """The vectors of `n_rows` rows from `quarter_blocks`' blocks of them, in order."""
+        counts, divisors, start = np.empty((n_rows, dimensions), np.int8, order="F"), np.empty(n_rows), 0
+        for block, block_divisors in blocks:
+            widest = max(int(block.max()), -int(block.min())) if block.size else 0
             if widest > np.iinfo(counts.dtype).max:
                 counts = counts.astype(np.int16 if widest < 2**15 else np.int32, order="F")
-            counts[start:start + len(part)], divisors[start:start + len(part)] = part, part_divisors
-            start += len(part)
+            counts[start:start + len(block)], divisors[start:start + len(block)] = block, block_divisors
+            start += len(block)
         return cls(counts, divisors)
 
     @property
