@@ -69,7 +69,7 @@ def test_the_build_equals_each_part_built_alone(texts):
     their quarter counts and divisors `QuarterVectors.embed`'s, attribute for attribute, bit for bit."""
     corpus = _corpus(texts)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(index_module, "_EMBED_PORTION", 4)
+        patch.setattr(index_module, "_CUT_PORTION", 4)
         index = Index.build(corpus, FeatureHashEmbedder(64), Chunking("whole"), NOW)
     _assert_parts_alone(index, corpus, lambda: FeatureHashEmbedder(64))
 
@@ -86,7 +86,7 @@ def test_each_portion_is_cut_once(monkeypatch):
     for module in (parser, feature_hash):
         monkeypatch.setattr(module, "split_runs", lambda block: pytest.fail("a part cut the texts again"))
     monkeypatch.setattr(index_module, "split_runs", counted)
-    monkeypatch.setattr(index_module, "_EMBED_PORTION", 10)
+    monkeypatch.setattr(index_module, "_CUT_PORTION", 10)
     index = Index.build(corpus, FeatureHashEmbedder(64), Chunking("whole"), NOW)
     assert cuts == [10, 10, 3, 8]
     monkeypatch.undo()

@@ -30,7 +30,8 @@ from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
-_EMBED_PORTION = 16_384  # texts read and embedded at a time into the store's array
+_EMBED_PORTION = 16_384  # texts a model embeds at a time: their float32 rows are held at once
+_CUT_PORTION = 65_536  # texts cut into runs at a time for the feature hash, which holds no such rows
 
 
 def clamp_limit(limit: object) -> int:
@@ -65,8 +66,9 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarra
     lexical = LexicalIndexBuilder(parsed.parts)
 
     def portions() -> Iterator:
-        for lo in range(0, len(texts), _EMBED_PORTION):
-            portion = texts[lo:lo + _EMBED_PORTION]
+        size = _CUT_PORTION if quarters else _EMBED_PORTION
+        for lo in range(0, len(texts), size):
+            portion = texts[lo:lo + size]
             runs = split_runs(portion)
             lexical.add(*parsed.parts_of(portion, runs))
             if quarters:

@@ -173,7 +173,7 @@ class FeatureHashEmbedder:
         self._feature_ids: dict[str, int] = {}
         self._token_ids: dict[str, bytes] = {}  # token -> its feature ids as packed int32
         self._index = np.zeros(1024, dtype=np.int64)
-        self._signed_weight = np.zeros(1024, dtype=np.float64)
+        self._signed_quarters = np.zeros(1024, dtype=np.float64)
         self._new_features: list[tuple[str, float]] = []  # numbered, not hashed yet
         self._lock = threading.Lock()
 
@@ -206,7 +206,7 @@ class FeatureHashEmbedder:
             features = np.frombuffer(b"".join(packed), dtype=np.int32)
             offsets = np.cumsum(lengths) - lengths
             n_features = max(len(self._feature_ids), 1)
-            index, signed_weight = self._index[:n_features], self._signed_weight[:n_features]
+            index, signed_quarters = self._index[:n_features], self._signed_quarters[:n_features]
         # (run or feature, row) slots of a block of rows: few enough to stay in cache (at 50,000 chunks of the
         # benchmarks' text, 2 MB of slots take 30% less time than 16 MB).
         span = max(n_features, len(runs.distinct), 1)
@@ -219,7 +219,7 @@ class FeatureHashEmbedder:
             codes, rows = _once(slots, block, runs.codes[bounds[start]:bounds[stop]], rows)
             per_run = lengths[codes]
             ids, rows = _once(slots, block, features[ranges(offsets[codes], per_run)], np.repeat(rows, per_run))
-            yield self._counted(rows, index[ids], signed_weight[ids], stop - start)
+            yield self._counted(rows, index[ids], signed_quarters[ids], stop - start)
 
     def _packed(self, text: str) -> bytes:
         """The feature ids of the distinct tokens of `text`, packed int32 (repeats across tokens kept)."""
@@ -227,21 +227,23 @@ class FeatureHashEmbedder:
         return b"".join([known.get(token) or self._register_token(token)
                          for token in dict.fromkeys(_tokens_but_newest(text))])
 
-    def _counted(self, rows: np.ndarray, index: np.ndarray, signed_weight: np.ndarray,
+    def _counted(self, rows: np.ndarray, index: np.ndarray, signed_quarters: np.ndarray,
                  n_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """Quarter counts and norms of `n_rows` rows from each row's distinct features: their index and signed
-        weight."""
+        weight in quarters."""
         dims = self.dimensions
         # float64 cast: bincount answers int64 when no text has a feature.
-        vectors = np.bincount(rows * dims + index, weights=signed_weight,
-                              minlength=n_rows * dims).astype(np.float64, copy=False)
-        vectors = vectors.reshape(n_rows, dims)
-        norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors))
+        counts = np.bincount(rows * dims + index, weights=signed_quarters,
+                             minlength=n_rows * dims).astype(np.float64, copy=False)
+        counts = counts.reshape(n_rows, dims)
+        # The norm of the counts over 4 is the vector's, bit for bit: the sums of squares are exact (integers
+        # far below 2**53) and scaling by a power of 4 commutes with sqrt's rounding.
+        norms = np.sqrt(np.einsum("ij,ij->i", counts, counts)) * 0.25
         empty = norms == 0
-        vectors[empty, 0] = 1.0
+        counts[empty, 0] = 4.0
         norms[empty] = 1.0
-        # Every sum is a multiple of 1/4 (weights 1 and 1/4), of fewer than 2**29 features: exact in int32.
-        return (vectors * 4).astype(np.int32), norms
+        # Every count is an integer (weights 1 and 1/4) of fewer than 2**29 features: exact in int32.
+        return counts.astype(np.int32), norms
 
     def _register_token(self, token: str) -> bytes:
         features = token_features(token.translate(_NEWER_LOWERCASE))
@@ -258,18 +260,19 @@ class FeatureHashEmbedder:
         return feature_id
 
     def _hash_new_features(self) -> None:
-        """The index and signed weight of every feature numbered since the last call, hashed together."""
+        """The index and signed weight (in quarters) of every feature numbered since the last call, hashed
+        together."""
         new, first = self._new_features, len(self._feature_ids) - len(self._new_features)
         if not new:
             return
         while len(self._feature_ids) > len(self._index):
             self._index = np.concatenate([self._index, np.zeros_like(self._index)])
-            self._signed_weight = np.concatenate([self._signed_weight, np.zeros_like(self._signed_weight)])
+            self._signed_quarters = np.concatenate([self._signed_quarters, np.zeros_like(self._signed_quarters)])
         names = [name for name, _ in new]
-        weights = np.fromiter((weight for _, weight in new), np.float64, len(new))
+        quarters = np.fromiter((weight * 4 for _, weight in new), np.float64, len(new))
         self._index[first:first + len(new)] = fnv1a32_many(names, INDEX_SEED) % self.dimensions
-        self._signed_weight[first:first + len(new)] = np.where(fnv1a32_many(names, SIGN_SEED) % 2 == 0, weights,
-                                                                -weights)
+        self._signed_quarters[first:first + len(new)] = np.where(fnv1a32_many(names, SIGN_SEED) % 2 == 0,
+                                                                 quarters, -quarters)
         new.clear()
 
 
