@@ -151,6 +151,18 @@ def test_fast_paths_agree_with_the_state_machine(text):
     assert [w for n in alone.part_numbers(text) for w in alone.parts[n]] == expected
 
 
+_HYPHEN_DIGITS = ["SKU", "a", "Z", "-", "4711", "5", "-4711", "1b", "w12", "é", ".", ",", "_", "/", ":", "~", "+",
+                  "&", "@", "<", "e", "x", " ", "\t", "www.", ".com", "1.2.3", "http://"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_HYPHEN_DIGITS), max_size=14).map("".join))
+def test_a_word_then_a_hyphen_and_digits_reads_as_the_state_machine(text):
+    """The fast path's ASCII word before `-digits` and its signed integer (`SKU-4711` is 'sku', '-4711') give the
+    state machine's lexemes wherever what follows the digits would make them something else."""
+    assert lexemes(text) == lexemes(text, fast=False)
+
+
 def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:
     """Each row's tsvector as the index's postings hold it, segment by segment."""
     out: list[dict[str, tuple[int, ...]]] = [{} for _ in range(index.n_rows)]

@@ -427,6 +427,8 @@ class _Machine:
 # final bingo, followed by a character after which the machine tries nothing longer. The
 # lookaheads list those characters; anything else goes to the machine. The one exception, n (letters
 # then a digit: a numword), first pushes a host reading, which the same characters make pop back.
+# A hyphen then only digits ends no hyphenated word (a part needs a letter): the word before it is an ASCII
+# word and the hyphen starts a signed integer (i), as in `SKU-4711`.
 
 _ALPHA = regex_class(ALPHA_RANGES)
 _SPECIAL = regex_class(SPECIAL_RANGES)
@@ -442,10 +444,11 @@ _BLANK = (f"(?:[^{_ALNUM}<\\-+&~/.]|\\.(?![./])|~(?![A-Za-z0-9_/])|[-+](?![0-9])
 _FAST = re.compile(
     f"(?:{_BLANK})*+(?:"
     f"(?P<h>[A-Za-z]++(?:-[A-Za-z]++)++)(?={_TERM})"
-    f"|(?P<a>[A-Za-z]++)(?={_TERM})"
+    f"|(?P<a>[A-Za-z]++)(?={_TERM}|-[0-9]++{_TERM})"
     f"|(?P<n>[A-Za-z]++[0-9][A-Za-z0-9]*+)(?={_TERM})"
     f"|(?P<w>(?:[A-Za-z]++[{_ALPHA}{_SPECIAL}]|[{_ALPHA}])[A-Za-z{_ALPHA}{_SPECIAL}]*+)(?={_TERM_WORD})"
-    f"|(?P<u>[0-9]++)(?={_TERM}))?",
+    f"|(?P<u>[0-9]++)(?={_TERM})"
+    f"|(?P<i>-[0-9]++)(?={_TERM}))?",
     re.DOTALL)
 # What a blank run continuing from the previous whitespace swallows at the start of a word.
 _BLANK_TAIL = re.compile(f"[^{_ALNUM}\\-+&/<]*+")
@@ -476,7 +479,7 @@ def _scan(machine: _Machine, fast: bool = True) -> Iterator[tuple[int, str]]:
                     yield HWORD_ASCIIPART, part
                 continue
             if kind is not None:
-                yield {"a": ASCIIWORD, "n": NUMWORD, "w": WORD, "u": UINT}[kind], m.group(kind)
+                yield {"a": ASCIIWORD, "n": NUMWORD, "w": WORD, "u": UINT, "i": INT}[kind], m.group(kind)
                 continue
         if not machine.next_token():
             return
