@@ -448,7 +448,7 @@ def _rank_units(stack: PlanStack, unit_row: np.ndarray, unit_kept: np.ndarray, k
     insertion = np.where(in_v, v, v.shape[1] + 1 + l)  # V first, then lexical-only
     others = present.copy()
     others[each, item] = False  # the target itself
-    ahead, undecided = _blend_decided(age, decayed, in_v, l, insertion, item, others)
+    ahead, undecided = _blend_decided(age, decayed, in_v, l, insertion, item, others, hs)
     # Scores and ties only where the order depends on rrf_k and the half-life: the undecided items and the targets.
     unit, column = np.nonzero(undecided)
     # An item contests its target alike under every prefix of the target's row that keeps (or drops) both alike:
@@ -477,7 +477,8 @@ def _rank_units(stack: PlanStack, unit_row: np.ndarray, unit_kept: np.ndarray, k
 
 
 def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, l_pos: np.ndarray,
-                   insertion: np.ndarray, item: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   insertion: np.ndarray, item: np.ndarray, others: np.ndarray,
+                   half_lives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per (unit, item): how many items are ahead of the unit's target under every rrf_k and half-life, and
     which items' order against it depends on them (`undecided`).
 
@@ -485,7 +486,10 @@ def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, 
     (`_Contest`); if moreover its factor is 1 (no positive age) or equal to the target's (the same age), its
     blended score is at least the target's too (rounding is monotonic), and it is ahead when it also wins an
     equal score: undecayed against decayed, or as decayed as the target and first in insertion order (an equal
-    fused score then leaves the insertion order to decide). The mirror case is never ahead.
+    fused score then leaves the insertion order to decide). The mirror case is never ahead. So is an item at or
+    after the target in both lists whose factor is below the target's by more than `_MARGIN` in ln under every
+    one of the batch's `half_lives` (all > 0): rounding cannot close that gap while age / half-life stays below
+    `_EXPONENT_CAP`, so no tie is possible; and the mirror case, above it by as much, is always ahead.
     """
     rows = np.arange(len(item))
     unit_v = np.where(in_v, insertion, _NOT_LISTED)
@@ -497,8 +501,12 @@ def _blend_decided(age_days: np.ndarray, decayed: np.ndarray, in_v: np.ndarray, 
     loses = (decayed > target_decayed) | ((decayed == target_decayed) & (insertion > target_insertion))
     unit_factor = ~(age_days > 0)  # recency_factor is 1 under every half-life (NaN: not > 0)
     same_age = age_days == age_days[rows, item][:, None]
-    ahead = others & at_least & wins & (unit_factor | same_age)
-    behind = others & at_most & loses & (unit_factor[rows, item][:, None] | same_age)
+    decays = np.where(age_days > 0, age_days, 0.0)  # the age each factor decays
+    apart = decays - decays[rows, item][:, None]  # ln(target's factor / item's) = ln 2 apart / h
+    clear = (np.log(2.0) * np.abs(apart) / half_lives.max() > _MARGIN) & (
+        np.maximum(decays, decays[rows, item][:, None]) / half_lives.min() < _EXPONENT_CAP)
+    ahead = others & at_least & ((wins & (unit_factor | same_age)) | (clear & (apart < 0)))
+    behind = others & at_most & ((loses & (unit_factor[rows, item][:, None] | same_age)) | (clear & (apart > 0)))
     return ahead.sum(axis=1), others & ~ahead & ~behind
 
 
