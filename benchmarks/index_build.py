@@ -103,7 +103,8 @@ def main() -> None:
                 "SELECT length(to_tsvector('simple', t)) FROM chunks ORDER BY id").fetchall()])
     finally:
         cluster.stop()
-    ours = np.concatenate([np.bincount(s._group_row, minlength=s.n_rows) for s in index._segments])
+    segments = getattr(index, "_segments", [index])  # sources from before the index was kept in segments
+    ours = np.concatenate([np.bincount(s._group_row, minlength=s.n_rows) for s in segments])
     mismatched = int(np.count_nonzero(ours != pg_lengths))
     n = len(texts)
     postgres_rate = n / statistics.median(postgres)
