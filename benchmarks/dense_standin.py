@@ -18,7 +18,7 @@ from rqsweep import cli
 from rqsweep.backends import embedded
 from rqsweep.engine.embed import FeatureHashEmbedder
 
-_TEXTS_PER_BLOCK = 2048
+_TEXTS_PER_BLOCK = 8192
 
 
 class DenseStandIn:
@@ -34,7 +34,7 @@ class DenseStandIn:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out = np.empty((len(texts), 384), np.float32)
-        # A block at a time: the hash's 1,024-d rows of a whole portion would take 2.7x its vectors beside them.
+        # Half a portion at a time: its 1,024-d hashed rows are 2.7x its vectors (2,048 at a time: 1.6x the CPU).
         for lo in range(0, len(texts), _TEXTS_PER_BLOCK):
             vectors = self._hash.embed(texts[lo:lo + _TEXTS_PER_BLOCK]) @ self._projection
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
