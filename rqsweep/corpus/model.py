@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -55,10 +55,12 @@ class Corpus:
         digest = hashlib.sha256(b"[")
         for n, items in enumerate((self.documents, self.memories)):
             digest.update(b", [" if n else b"[")
+            names = [f.name for f in fields(type(items[0]))] if items else []
             for lo in range(0, len(items), _ROWS_HASHED_AT_ONCE):
-                rows = (json.dumps(asdict(item), sort_keys=True, ensure_ascii=False)
-                        for item in items[lo:lo + _ROWS_HASHED_AT_ONCE])
-                digest.update(((", " if lo else "") + ", ".join(rows)).encode())
+                # asdict's rows, without its deep copies: one dumps per block, its brackets cut.
+                rows = [{name: getattr(item, name) for name in names} for item in items[lo:lo + _ROWS_HASHED_AT_ONCE]]
+                text = json.dumps(rows, sort_keys=True, ensure_ascii=False)[1:-1]
+                digest.update(((", " if lo else "") + text).encode())
             digest.update(b"]")
         digest.update(b"]")
         return digest.hexdigest()
