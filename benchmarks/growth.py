@@ -6,7 +6,7 @@
     nice .venv/bin/python benchmarks/growth.py --settings "" --corpus 1000000 --corpus-queries 1000 \
         --budget 3000 --max-rss 12 [--embedder dense-384]         # the million-chunk run
 
-Builds synthetic inputs in a temporary folder: a corpus of documents (one chunk each) and memories with ages; a
+Builds synthetic inputs in a temporary folder: a corpus (JSON lines) of documents (one chunk each) and memories with ages; a
 golden set (JSON lines) whose every query carries its expected item's topic token, so the expected item is always
 among the lexical candidates; and, per settings count, a grid written as a `sweeps/` file (rrf_k x min_similarity
 x half-life, SOAT's defaults included). Then each cell runs the real job, `.venv/bin/rqsweep CONFIG --quiet`
@@ -80,15 +80,12 @@ def write_corpus(path: Path, n_documents: int, seed: int) -> tuple[np.ndarray, n
     mem_words = np.searchsorted(cum, rng.random((n_memories, 12))).astype(np.uint16)
     ages = [float(a) for a in rng.choice(MEMORY_AGES, n_memories)]
     with path.open("w") as out:
-        out.write('{"documents": [')
         for i, words in enumerate(doc_words):
             text = f"t{i // TOPIC_SIZE} " + " ".join(vocab[words])
-            out.write(("," if i else "") + json.dumps({"key": f"doc-{i}", "content": text}))
-        out.write('], "memories": [')
+            out.write(json.dumps({"key": f"doc-{i}", "content": text}) + "\n")
         for i, (words, age) in enumerate(zip(mem_words, ages)):
             text = " ".join(vocab[words]) + f" t{i // 2}"
-            out.write(("," if i else "") + json.dumps({"key": f"mem-{i}", "content": text, "age_days": age}))
-        out.write("]}\n")
+            out.write(json.dumps({"source_type": "memory", "key": f"mem-{i}", "content": text, "age_days": age}) + "\n")
     return doc_words, mem_words, ages
 
 
@@ -162,7 +159,7 @@ class Inputs:
     def config(self, chunks: int, settings: int, queries: int) -> Path:
         if chunks not in self._corpora:
             started = time.perf_counter()
-            path = self.folder / f"corpus-{chunks}.json"
+            path = self.folder / f"corpus-{chunks}.jsonl"
             self._corpora[chunks] = (path, *write_corpus(path, chunks, seed=chunks))
             log(f"corpus of {chunks:,} chunks written in {time.perf_counter() - started:.0f}s "
                 f"({path.stat().st_size / 1e6:.0f} MB)")
