@@ -114,6 +114,31 @@ def read_data(path: Path, what: str) -> tuple[bytes, object]:
     return raw, load_yaml(text, path)
 
 
+def json_lines(path: Path, what: str) -> Iterator[tuple[int, object]]:
+    """`read_data`'s rows of a JSON-lines file, each with its line number, read a line at a time (a corpus file
+    can be larger than the memory its rows take once read). Its errors, and the first in the file is raised."""
+    try:
+        file = path.open("rb")
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read {what}: {exc.strerror}") from None
+    with file:
+        n = offset = 0
+        for raw in file:  # cut at b"\n" only: no UTF-8 sequence holds that byte
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(path, "", f"not UTF-8 text (byte {offset + exc.start})") from None
+            offset += len(raw)
+            for line in text.splitlines():  # str.splitlines' line ends, as read_data counts them
+                n += 1
+                if line.strip():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise InputError(path, f"line {n}", f"not valid JSON: {exc.msg}") from None
+                    yield n, row
+
+
 def load_yaml(text: str, path: Path) -> object:
     """YAML text read from `path` (a whole file, or a page's front matter): aliases and duplicate keys refused."""
     try:

@@ -179,7 +179,7 @@ class SoatStore:
                     ids["memory_stores"][m.store] = self.create_memory_store(project_id, m.store,
                                                                              duplicate_threshold=2.0).id
                 _, memory = self.create_memory(ids["memory_stores"][m.store], m.content, m.tags,
-                                               updated_at=memory_updated_at(m, now))
+                                               updated_at=memory_updated_at(m.age_days, now))
                 ids["memories"][m.key] = memory.id
                 loaded(1)
             return ids

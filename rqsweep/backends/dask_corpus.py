@@ -23,7 +23,7 @@ import numpy as np
 
 from rqsweep.backends.dask_cluster import DaskCluster, cluster_errors
 from rqsweep.config import Chunking
-from rqsweep.corpus import Corpus, chunk_document
+from rqsweep.corpus import Corpus
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.index import Catalog, Index, table_rows
@@ -65,8 +65,8 @@ class ShardedIndex(Catalog):
                  shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
                  n_shards: int, log: Callable[[str], None], cache_dir: Path | None = None,
                  cache_mb: float = DEFAULT_MAX_MB):
-        per_document = [chunk_document(d, chunking) for d in corpus.documents]
-        super().__init__(*table_rows(corpus, per_document, now), embedder, now, tie_order)
+        documents, memories, _ = table_rows(corpus, chunking, now)
+        super().__init__(documents, memories, embedder, now, tie_order)
         self.client = cluster.client
         started = time.monotonic()
         with cluster_errors(), warnings.catch_warnings():

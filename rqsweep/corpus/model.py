@@ -6,15 +6,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from array import array
+from itertools import chain
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
 
 from rqsweep.config import Chunking
+from rqsweep.corpus.texts import ROWS_READ_AT_ONCE, Texts, TextsWriter
 from rqsweep.errors import InputError, shown
-from rqsweep.files import read_data
+from rqsweep.files import json_lines, read_data
 
 _ROWS_HASHED_AT_ONCE = 4096
 
@@ -38,13 +43,88 @@ class Memory:
     age_days: float = 0.0
 
 
+class Table(Sequence):
+    """Rows of one kind (`Document` or `Memory`) as columns: the contents in a `Texts` file, the other fields
+    (keys, paths, titles, stores, tags, ages: a few dozen bytes a row) in lists. A row is made when it is read;
+    iteration reads the contents a portion at a time, and a slice is a view that reads nothing."""
+
+    def __init__(self, kind: type, columns: Mapping[str, list], contents: Texts):
+        self.kind, self.columns, self.contents = kind, dict(columns), contents
+
+    @classmethod
+    def of(cls, kind: type, items: Iterable) -> "Table":
+        builder = TableBuilder(kind)
+        builder.add(items)
+        return builder.finish()
+
+    def __len__(self) -> int:
+        return len(self.contents)
+
+    def _row(self, i: int, content: str):
+        return self.kind(content=content, **{name: column[i] for name, column in self.columns.items()})
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            lo, hi, step = i.indices(len(self))
+            if step != 1:
+                return Table.of(self.kind, [self[j] for j in range(lo, hi, step)])
+            return Table(self.kind, {name: column[lo:hi] for name, column in self.columns.items()},
+                         self.contents.view(lo, hi))
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self._row(i, self.contents[i])
+
+    def __iter__(self) -> Iterator:
+        lo = 0
+        for contents in self.contents.portions():
+            yield from map(self._row, range(lo, lo + len(contents)), contents)
+            lo += len(contents)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Table({self.kind.__name__}, {len(self)} rows)"
+
+
+class TableBuilder:
+    """A `Table` made a portion of rows at a time: each portion's contents go to the file as it is added."""
+
+    def __init__(self, kind: type):
+        self.kind = kind
+        self.columns: dict[str, list] = {f.name: [] for f in fields(kind) if f.name != "content"}
+        self._contents = TextsWriter()
+
+    def add(self, items: Iterable) -> None:
+        items = list(items)
+        for name, column in self.columns.items():
+            column.extend(getattr(item, name) for item in items)
+        self._contents.add(item.content for item in items)
+
+    def finish(self) -> Table:
+        return Table(self.kind, self.columns, self._contents.finish())
+
+
 @dataclass(frozen=True)
 class Corpus:
-    documents: tuple[Document, ...]
-    memories: tuple[Memory, ...]
+    """Documents and memories, each a `Table` (rows given as any sequence are made one)."""
+
+    documents: Table
+    memories: Table
+
+    def __post_init__(self) -> None:
+        for name, kind in (("documents", Document), ("memories", Memory)):
+            rows = getattr(self, name)
+            if not isinstance(rows, Table):
+                object.__setattr__(self, name, Table.of(kind, rows))
 
     def keys(self) -> set[str]:
-        return {d.key for d in self.documents} | {m.key for m in self.memories}
+        return set(self.documents.columns["key"]) | set(self.memories.columns["key"])
 
     @cached_property
     def sha256(self) -> str:
@@ -55,7 +135,7 @@ class Corpus:
         digest = hashlib.sha256(b"[")
         for n, items in enumerate((self.documents, self.memories)):
             digest.update(b", [" if n else b"[")
-            names = [f.name for f in fields(type(items[0]))] if items else []
+            names = [f.name for f in fields(items.kind)] if items else []
             for lo in range(0, len(items), _ROWS_HASHED_AT_ONCE):
                 # asdict's rows, without its deep copies: one dumps per block, its brackets cut.
                 rows = [{name: getattr(item, name) for name in names} for item in items[lo:lo + _ROWS_HASHED_AT_ONCE]]
@@ -75,7 +155,7 @@ class Chunk:
 
 def _utf16_slices(text: str, size: int, step: int) -> list[str]:
     """JavaScript's `text.slice(s, s + size)` for s = 0, step, ... while s < length, in UTF-16 units."""
-    if all(ord(c) < 0x10000 for c in text):
+    if max(text, default="") < "\U00010000":
         return [text[s : s + size] for s in range(0, len(text), step)]
     units = text.encode("utf-16-le", "surrogatepass")
     n = len(units) // 2
@@ -86,18 +166,33 @@ def _utf16_slices(text: str, size: int, step: int) -> list[str]:
     ]
 
 
-def chunk_document(doc: Document, chunking: Chunking) -> list[Chunk]:
+def _pieces(content: str, chunking: Chunking) -> list[str]:
     """SOAT's chunk strategies: `whole` is one chunk; `size` is overlapping fixed windows."""
     if chunking.strategy == "whole":
-        pieces = [doc.content]
-    else:
-        pieces = _utf16_slices(doc.content, chunking.chunk_size, chunking.chunk_size - chunking.chunk_overlap)
-    return [Chunk(f"{doc.key}#{i}", doc.key, piece) for i, piece in enumerate(pieces)]
+        return [content]
+    return _utf16_slices(content, chunking.chunk_size, chunking.chunk_size - chunking.chunk_overlap)
 
 
-def memory_updated_at(memory: Memory, now: datetime) -> datetime:
+def chunk_document(doc: Document, chunking: Chunking) -> list[Chunk]:
+    return [Chunk(f"{doc.key}#{i}", doc.key, piece) for i, piece in enumerate(_pieces(doc.content, chunking))]
+
+
+def chunk_contents(documents: Table, chunking: Chunking) -> tuple[np.ndarray, Texts]:
+    """How many chunks each document has, and every chunk's text in order (`chunk_document`'s), a portion of
+    documents at a time. A `whole` chunk is its document's content, so that column is the documents' own."""
+    if chunking.strategy == "whole":
+        return np.ones(len(documents), np.int64), documents.contents
+    writer, counts = TextsWriter(), [np.zeros(0, np.int64)]
+    for contents in documents.contents.portions():
+        pieces = [_pieces(content, chunking) for content in contents]
+        counts.append(np.fromiter(map(len, pieces), np.int64, len(pieces)))
+        writer.add(chain.from_iterable(pieces))
+    return np.concatenate(counts), writer.finish()
+
+
+def memory_updated_at(age_days: float, now: datetime) -> datetime:
     """The `updated_at` a memory of this age has, from one clock reading (SOAT's eval backdates this way)."""
-    return now - timedelta(milliseconds=round(memory.age_days * 86_400_000))
+    return now - timedelta(milliseconds=round(age_days * 86_400_000))
 
 
 _NO_TAGS: Mapping[str, str] = {}  # shared by every row without tags (a mapping nothing writes to): 64 bytes each
@@ -136,62 +231,85 @@ def age_days(value: object, file: Path, where: str) -> float:
     return float(value)
 
 
+def _document(row: object, file: Path, where: str) -> Document:
+    row = _known_fields(row, {"key", "path", "title", "content", "tags", "metadata"}, file, where)
+    return Document(
+        key=_text(row, "key", file, where), content=_text(row, "content", file, where),
+        path=_text(row, "path", file, where, required=False), title=_text(row, "title", file, where, required=False),
+        tags=_tags(row.get("tags"), file, f"{where}.tags"),
+    )
+
+
+def _memory(row: object, file: Path, where: str) -> Memory:
+    row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
+    age = age_days(row.get("age_days", 0), file, f"{where}.age_days")
+    store = row.get("store", row.get("memory", "default"))
+    if not isinstance(store, str) or not store:
+        raise InputError(file, f"{where}.store", f"expected a store name, got {shown(store)}")
+    return Memory(
+        key=_text(row, "key", file, where), content=_text(row, "content", file, where),
+        store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=age,
+    )
+
+
+def _unique_keys(corpus: Corpus, file: Path, where_is: Callable[[str, int], str]) -> Corpus:
+    """The corpus, once no key repeats (documents' first, then memories')."""
+    n = len(corpus.documents)
+    seen: dict[str, int] = {}
+    for i, key in enumerate(chain(corpus.documents.columns["key"], corpus.memories.columns["key"])):
+        first = seen.setdefault(key, i)
+        if first != i:
+            where = [where_is("documents", j) if j < n else where_is("memories", j - n) for j in (i, first)]
+            raise InputError(file, f"{where[0]}.key", f"duplicate key {shown(key)} (first at {where[1]})")
+    return corpus
+
+
 def corpus_from_rows(documents: object, memories: object, file: Path,
                      where_is: Callable[[str, int], str] = lambda kind, i: f"{kind}[{i}]") -> Corpus:
     """Validate raw document and memory rows (rqsweep's format and SOAT's golden corpus alike); `where_is` names
     the i-th row of a kind in errors."""
     if not isinstance(documents, list) or not isinstance(memories, list):
         raise InputError(file, "corpus", "expected lists under `documents` and `memories`")
-    docs, mems, seen = [], [], {}
-    for i, row in enumerate(documents):
-        where = where_is("documents", i)
-        row = _known_fields(row, {"key", "path", "title", "content", "tags", "metadata"}, file, where)
-        docs.append(Document(
-            key=_text(row, "key", file, where), content=_text(row, "content", file, where),
-            path=_text(row, "path", file, where, required=False), title=_text(row, "title", file, where, required=False),
-            tags=_tags(row.get("tags"), file, f"{where}.tags"),
-        ))
-    for i, row in enumerate(memories):
-        where = where_is("memories", i)
-        row = _known_fields(row, {"key", "content", "tags", "age_days", "memory", "store"}, file, where)
-        age = age_days(row.get("age_days", 0), file, f"{where}.age_days")
-        store = row.get("store", row.get("memory", "default"))
-        if not isinstance(store, str) or not store:
-            raise InputError(file, f"{where}.store", f"expected a store name, got {shown(store)}")
-        mems.append(Memory(
-            key=_text(row, "key", file, where), content=_text(row, "content", file, where),
-            store=store, tags=_tags(row.get("tags"), file, f"{where}.tags"), age_days=age,
-        ))
-    for where, item in [(where_is("documents", i), d) for i, d in enumerate(docs)] + [
-        (where_is("memories", i), m) for i, m in enumerate(mems)
-    ]:
-        if item.key in seen:
-            raise InputError(file, f"{where}.key", f"duplicate key {shown(item.key)} (first at {seen[item.key]})")
-        seen[item.key] = where
-    return Corpus(tuple(docs), tuple(mems))
+    docs = [_document(row, file, where_is("documents", i)) for i, row in enumerate(documents)]
+    mems = [_memory(row, file, where_is("memories", i)) for i, row in enumerate(memories)]
+    return _unique_keys(Corpus(docs, mems), file, where_is)
 
 
-def _corpus_lines(rows: list, file: Path) -> tuple[list, list, Callable[[str, int], str]]:
-    """JSON lines of documents and memories: each row a document unless its `source_type` says memory."""
-    kinds: dict[str, list] = {"documents": [], "memories": []}
-    lines: dict[str, list[int]] = {"documents": [], "memories": []}
-    for n, row in enumerate(rows, 1):
-        row = _known_fields(row, {"source_type", "key", "path", "title", "content", "tags", "metadata", "age_days",
-                                  "memory", "store"}, file, f"line {n}")
-        kind = {"document": "documents", "memory": "memories"}.get(row.get("source_type", "document"))
+_LINE_KINDS = {"document": "documents", "memory": "memories"}
+_LINE_FIELDS = {"source_type", "key", "path", "title", "content", "tags", "metadata", "age_days", "memory", "store"}
+
+
+def _read_corpus_lines(path: Path) -> Corpus:
+    """JSON lines of documents and memories (each row a document unless its `source_type` says memory), read and
+    validated a portion of rows at a time: only the rows' small fields stay in memory, their contents go to the
+    tables' files. Errors are the other formats' (file, line, field, value); with several bad lines, the first
+    in the file is named."""
+    tables = {"documents": TableBuilder(Document), "memories": TableBuilder(Memory)}
+    pending: dict[str, list] = {"documents": [], "memories": []}
+    lines = {"documents": array("q"), "memories": array("q")}
+    for n, row in json_lines(path, "corpus"):
+        row = _known_fields(row, _LINE_FIELDS, path, f"line {n}")
+        source_type = row.get("source_type", "document")
+        kind = _LINE_KINDS.get(source_type) if isinstance(source_type, str) else None
         if kind is None:
-            raise InputError(file, f"line {n}.source_type", f"expected document or memory, got "
-                                                            f"{shown(row['source_type'])}")
-        kinds[kind].append({k: v for k, v in row.items() if k != "source_type"})
+            raise InputError(path, f"line {n}.source_type", f"expected document or memory, got "
+                                                               f"{shown(row['source_type'])}")
+        make = _document if kind == "documents" else _memory
+        pending[kind].append(make({k: v for k, v in row.items() if k != "source_type"}, path, f"line {n}"))
         lines[kind].append(n)
-    return kinds["documents"], kinds["memories"], lambda kind, i: f"line {lines[kind][i]}"
+        if len(pending[kind]) == ROWS_READ_AT_ONCE:
+            tables[kind].add(pending[kind])
+            pending[kind] = []
+    for kind, rows in pending.items():
+        tables[kind].add(rows)
+    corpus = Corpus(tables["documents"].finish(), tables["memories"].finish())
+    return _unique_keys(corpus, path, lambda kind, i: f"line {lines[kind][i]}")
 
 
 def read_corpus_file(path: Path) -> Corpus:
     """rqsweep's corpus file: YAML or JSON with `documents` and `memories`, or JSON lines of both."""
-    _, data = read_data(path, "corpus")
     if path.suffix.lower() == ".jsonl":
-        documents, memories, where_is = _corpus_lines(data, path)
-        return corpus_from_rows(documents, memories, path, where_is)
+        return _read_corpus_lines(path)
+    _, data = read_data(path, "corpus")
     data = _known_fields(data, {"documents", "memories"}, path, "")
     return corpus_from_rows(data.get("documents", []), data.get("memories", []), path)

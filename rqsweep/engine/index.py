@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from rqsweep.config import Chunking
-from rqsweep.corpus import Chunk, Corpus, chunk_document, memory_updated_at
+from rqsweep.corpus import Corpus, chunk_contents, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
@@ -154,26 +154,27 @@ class Rows:
     source_type: str
     ids: list[str]  # chunk ids or memory keys: the identity RRF fuses on
     keys: list[str]  # the document key of a chunk, or the memory key
-    contents: list[str]
+    contents: Sequence[str]  # a `Texts` file as built: read back a portion at a time, or a row for a result
     tags: list[Mapping[str, str]]
     paths: list[str]  # document path, or the memory's store name
     updated_at_ms: np.ndarray
 
 
-def table_rows(corpus: Corpus, per_document: Sequence[Sequence[Chunk]], now: datetime) -> tuple[Rows, Rows]:
-    """The corpus's chunks (`per_document`: each document's, `chunk_document`) and memories as SOAT's two tables
-    hold them, memory ages counted back from `now`."""
+def table_rows(corpus: Corpus, chunking: Chunking, now: datetime) -> tuple[Rows, Rows, np.ndarray]:
+    """The corpus's chunks (`chunk_contents`) and memories as SOAT's two tables hold them, memory ages counted
+    back from `now`; and how many chunks each document has."""
     now_ms = round(now.timestamp() * 1000)
-    chunks = [(d, c) for d, cs in zip(corpus.documents, per_document) for c in cs]
-    documents = Rows("document", [c.chunk_id for _, c in chunks], [d.key for d, _ in chunks],
-                     [c.content for _, c in chunks], [d.tags for d, _ in chunks], [d.path for d, _ in chunks],
-                     np.full(len(chunks), now_ms, np.int64))
-    memories = Rows("memory", [m.key for m in corpus.memories], [m.key for m in corpus.memories],
-                    [m.content for m in corpus.memories], [m.tags for m in corpus.memories],
-                    [m.store for m in corpus.memories],
-                    np.array([round(memory_updated_at(m, now).timestamp() * 1000) for m in corpus.memories],
-                             np.int64))
-    return documents, memories
+    counts, contents = chunk_contents(corpus.documents, chunking)
+    columns = corpus.documents.columns
+    per_chunk = np.repeat(np.arange(len(counts)), counts).tolist()
+    documents = Rows("document", [f"{columns['key'][d]}#{i}" for d, n in enumerate(counts.tolist()) for i in range(n)],
+                     [columns["key"][d] for d in per_chunk], contents, [columns["tags"][d] for d in per_chunk],
+                     [columns["path"][d] for d in per_chunk], np.full(len(contents), now_ms, np.int64))
+    memories = corpus.memories.columns
+    ages_ms = np.array([round(memory_updated_at(age, now).timestamp() * 1000) for age in memories["age_days"]],
+                       np.int64)
+    return (documents, Rows("memory", memories["key"], memories["key"], corpus.memories.contents, memories["tags"],
+                            memories["store"], ages_ms), counts)
 
 
 @dataclass
@@ -317,23 +318,22 @@ class Index(Catalog):
         embedded or parsed again; `rows_built` and `rows_reused` count the rows (chunks and memories) of each.
         """
         now = now or datetime.now(timezone.utc)
-        per_document = [chunk_document(d, chunking) for d in corpus.documents]
-        documents, memories = table_rows(corpus, per_document, now)
+        documents, memories, counts = table_rows(corpus, chunking, now)
         if cache is None:
-            # The tables' contents are the texts: the chunks go before the build holds what it makes beside them.
-            del per_document
             built = [_read_and_embed(embedder, documents.contents), _read_and_embed(embedder, memories.contents)]
             vectors, lexical = [stored for stored, _ in built], [read for _, read in built]
             del built
             reused = 0
         else:
-            groups = [[c.content for c in cs] for cs in per_document] + [[m.content] for m in corpus.memories]
-            n = sum(map(len, per_document))
-            del per_document
-            keys = ([cache.document_key(d.content) for d in corpus.documents]
-                    + [cache.memory_key(m.content) for m in corpus.memories])
+            # The cache's build still holds every text at once (its groups and rows).
+            chunks, ends = documents.contents[:], np.cumsum(counts).tolist()
+            groups = [chunks[e - c:e] for c, e in zip(counts.tolist(), ends)] + [[m] for m in memories.contents]
+            del chunks
+            keys = ([cache.document_key(text) for text in corpus.documents.contents]
+                    + [cache.memory_key(text) for text in memories.contents])
             both, parsed, read, reused = _build_with_cache(cache, embedder, keys, groups, len(corpus.documents))
             del groups
+            n = len(documents.ids)
             vectors = [both[:n], both[n:]]
             lexical = [LexicalIndex.of_parts(parsed.parts, *parts) for parts in read]
             del parsed, read

@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from rqsweep.corpus import Corpus
+from rqsweep.corpus import Corpus, Table
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
 from rqsweep.engine.cosine import cosine_entrants_many, cosine_head_many
 from rqsweep.engine.index import Index
@@ -52,7 +52,7 @@ def split_corpus(corpus: Corpus, n_shards: int) -> list[Corpus]:
     tables concatenated in shard order are the whole corpus's (fewer shards when the corpus is smaller)."""
     n = max(1, min(n_shards, max(len(corpus.documents), len(corpus.memories))))
 
-    def cut(items: tuple) -> list[tuple]:
+    def cut(items: Table) -> list[Table]:
         edges = np.linspace(0, len(items), n + 1).round().astype(int)
         return [items[a:b] for a, b in zip(edges[:-1], edges[1:])]
 

@@ -63,7 +63,8 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
         raise InputError(path, "", "no corpus: name one in the config (`corpus:`), or use a layout that carries its "
                                    "corpus (SOAT's golden.json, a BEIR folder)")
     warnings = list(assign_slices(layout, rules.slices, config))
-    types = {d.key: "document" for d in corpus.documents} | {m.key: "memory" for m in corpus.memories}
+    types = (dict.fromkeys(corpus.documents.columns["key"], "document")
+             | dict.fromkeys(corpus.memories.columns["key"], "memory"))
     queries, ids, unjudged = [], {}, []
     for row in layout.rows:
         if row.id in ids:
