@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from rqsweep.config import Chunking
-from rqsweep.corpus.texts import ROWS_READ_AT_ONCE, Texts, TextsWriter
+from rqsweep.corpus.texts import ROWS_READ_AT_ONCE, Texts, TextsWriter, sequence_equal
 from rqsweep.errors import InputError, shown
 from rqsweep.files import json_lines, read_data
 
@@ -81,11 +81,7 @@ class Table(Sequence):
             yield from map(self._row, range(lo, lo + len(contents)), contents)
             lo += len(contents)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
+    __eq__ = sequence_equal
     __hash__ = None
 
     def __repr__(self) -> str:

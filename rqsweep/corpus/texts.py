@@ -21,6 +21,13 @@ def _encoded(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def sequence_equal(self: Sequence, other: object) -> bool:
+    """`==` of a sequence read from a file with any sequence (a list, a tuple): item by item, in order."""
+    if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+        return NotImplemented
+    return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+
+
 class Texts(Sequence[str]):
     """Rows `lo` to `hi` of a file of texts. An index gives one text, a slice the list of its texts (read at
     once); `view` gives a window of rows without reading them."""
@@ -88,11 +95,7 @@ class Texts(Sequence[str]):
         blob = os.pread(self._file.fileno(), int(ends[-1]) if len(ends) else 0, start)
         return _unpickled, (blob, ends)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
-            return NotImplemented
-        return len(other) == len(self) and all(a == b for a, b in zip(self, other))
-
+    __eq__ = sequence_equal
     __hash__ = None
 
     def __repr__(self) -> str:
