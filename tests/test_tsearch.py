@@ -168,6 +168,7 @@ def _indexed_vectors(index: LexicalIndex) -> list[dict[str, tuple[int, ...]]]:
     out: list[dict[str, tuple[int, ...]]] = [{} for _ in range(index.n_rows)]
     for base, segment in zip(index._bases.tolist(), index._segments):
         assert segment.vocab is index._vocab
+        assert set(segment._lexemes.tolist()) <= set(index._vocab.values())  # no postings of a dropped lexeme
         for word, lex in index._vocab.items():
             first, last, entry = segment._span(lex)
             for group in range(first, last):
@@ -231,6 +232,17 @@ def test_index_postings_keep_the_position_limits(monkeypatch, rows_per_segment):
     from rqsweep.engine.tsearch import index as lexical_index
     monkeypatch.setattr(lexical_index, "_ROWS_PER_SEGMENT", rows_per_segment)
     texts = ["w " * 300 + "x " * 16100 + "y z y", "y w", "w " * 16500 + "w"]
+    assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]
+
+
+@pytest.mark.parametrize("texts", [
+    ["w " * 255, "w w"], ["w " * 256, "w w"], ["a " * 16381 + "b b", "w"], ["a " * 16382 + "b b", "w"],
+    ["a " + "Ⱥ" * 700 + " b a", "x"], ["w " * 255, "w " * 256, "a " * 16382 + "b b", "a " + "Ⱥ" * 700 + " b"],
+])
+def test_index_postings_at_the_position_limits_edges(texts):
+    """Rows of 255 and 256 lexemes (the per-lexeme limit is applied only to segments with a row longer than 255),
+    of 16383 and 16384 (positions are capped only in blocks with a row longer than 16383), and a dropped lexeme
+    (lower-casing makes it too long: it keeps its position but has no entry)."""
     assert _indexed_vectors(LexicalIndex(texts)) == [to_tsvector(text) for text in texts]
 
 

@@ -13,6 +13,7 @@ truth table of the query.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from rqsweep.engine.tsearch.rank import INV_WEIGHT, inverse_weight_sums, rank_en
 _POS_BITS = 20       # row << _POS_BITS | position: room for a position plus phrase offsets
 _POS_KEY_BITS = 14   # a position (at most 16383) in a sort key
 _ROW_KEY_BITS = 16   # a row within its segment in a sort key
+_LEXEME_SHIFT = _POS_KEY_BITS + _ROW_KEY_BITS
 _ROWS_PER_SEGMENT = 1 << _ROW_KEY_BITS  # rows indexed together, numbered within the segment (uint16)
 _ROWS_PER_BLOCK = 8192  # rows whose entries are expanded at once during a segment's build
 _MAX_ATOMS = 16      # truth tables have 2**atoms entries; longer queries are ranked row by row
@@ -348,7 +350,8 @@ class LexicalIndexBuilder:
         self._vocab = _Vocabulary()
         self._first = np.zeros(0, np.int64)  # each encoded part's first lexeme in `_flat`
         self._size = np.zeros(0, np.int64)  # its number of lexemes; -1: not encoded yet
-        self._flat = np.zeros(1024, np.int32)  # the encoded parts' lexeme numbers (-1: dropped)
+        self._flat = np.zeros(1024, np.int64)  # the encoded parts' lexemes, each lexeme number << 30 (-1: dropped)
+        self._dropped = False  # whether a part encoded holds a dropped lexeme
         self._filled = 0
         self._segments: list[_Segment] = []
         self._waiting: list[tuple[np.ndarray, np.ndarray]] = []  # rows added, not in a segment yet
@@ -396,7 +399,9 @@ class LexicalIndexBuilder:
         """The segment of rows whose parts are `numbers`, row r's ending at `ends[r]`: positions count from 1
         within the row, are capped at 16383, and a lexeme keeps its first MAX_POSITIONS of a row."""
         self._encode(numbers)
-        key = _capped(self._sorted_keys(numbers, ends))
+        key, longest = self._sorted_keys(numbers, ends)
+        if longest > MAX_POSITIONS:  # no lexeme of a shorter row can repeat a position or pass its limit
+            key = _capped(key)
         pos = (key & MAX_POSITION).astype(np.int16)
         key >>= _POS_KEY_BITS
         new_group = np.empty(len(key), bool)
@@ -427,40 +432,49 @@ class LexicalIndexBuilder:
         first_seen = np.full(len(self._parts), len(numbers), np.int64)
         np.minimum.at(first_seen, numbers[fresh], fresh)
         parts = np.flatnonzero(first_seen < len(numbers))
-        for part in parts[np.argsort(first_seen[parts])].tolist():
-            lexemes = np.fromiter(map(self._vocab.__getitem__, self._parts[part]), np.int32)
-            if self._filled + len(lexemes) > len(self._flat):
-                self._flat = np.resize(self._flat, 2 * (self._filled + len(lexemes)))
-            self._flat[self._filled:self._filled + len(lexemes)] = lexemes
-            self._first[part], self._size[part] = self._filled, len(lexemes)
-            self._filled += len(lexemes)
+        parts = parts[np.argsort(first_seen[parts])]
+        words = [self._parts[part] for part in parts.tolist()]
+        sizes = np.fromiter(map(len, words), np.int64, len(words))
+        lexemes = np.fromiter(map(self._vocab.__getitem__, chain.from_iterable(words)), np.int64, int(sizes.sum()))
+        if self._filled + len(lexemes) > len(self._flat):
+            self._flat = np.resize(self._flat, 2 * (self._filled + len(lexemes)))
+        # Shifted into place in a key; a dropped lexeme (-1) makes its key negative.
+        self._flat[self._filled:self._filled + len(lexemes)] = lexemes << _LEXEME_SHIFT
+        self._dropped |= bool(len(lexemes)) and int(lexemes.min()) < 0
+        self._first[parts] = self._filled + np.cumsum(sizes) - sizes
+        self._size[parts] = sizes
+        self._filled += len(lexemes)
 
-    def _sorted_keys(self, numbers: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    def _sorted_keys(self, numbers: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, int]:
         """Every kept entry of the segment as (lexeme << 30 | row << 14 | position), ascending, positions capped
-        at 16383 (repeats included)."""
+        at 16383 (repeats included); and the most lexemes a row has (dropped ones included)."""
         n_lexemes = len(self._vocab) - 1
-        if max(n_lexemes, 1).bit_length() + _ROW_KEY_BITS + _POS_KEY_BITS > 63:
+        if max(n_lexemes, 1).bit_length() + _LEXEME_SHIFT > 63:
             raise ValueError(f"too many lexemes for one lexical index: {n_lexemes}")
         key = np.empty(int(self._size[numbers].sum()), np.int64)
-        filled, run_ends = 0, np.append(0, ends)
+        filled, run_ends, longest = 0, np.append(0, ends), 0
         # A block of rows at a time, so the temporaries stay a small part of the keys.
         for lo in range(0, len(ends), _ROWS_PER_BLOCK):
             hi = min(lo + _ROWS_PER_BLOCK, len(ends))
             runs = numbers[run_ends[lo]:run_ends[hi]]
             per_run = self._size[runs]
-            lex = self._flat[ranges(self._first[runs], per_run)]
             bounds = np.append(0, np.cumsum(per_run))[run_ends[lo:hi + 1] - run_ends[lo]]
             counts = np.diff(bounds)
-            block = np.arange(len(lex), dtype=np.int64) - np.repeat(bounds[:-1] - 1, counts)
-            np.minimum(block, MAX_POSITION, out=block)
-            block |= np.repeat(np.arange(lo, hi, dtype=np.int64) << _POS_KEY_BITS, counts)
-            block |= lex.astype(np.int64) << (_POS_KEY_BITS + _ROW_KEY_BITS)
-            block = block[lex >= 0]
+            longest = max(longest, int(counts.max()))
+            rows = np.arange(lo, hi, dtype=np.int64) << _POS_KEY_BITS
+            # Row << 14 | position: the entry's index within the block, plus its row's key less the row's first index.
+            block = np.repeat(rows - bounds[:-1] + 1, counts)
+            block += np.arange(len(block), dtype=np.int64)
+            if longest > MAX_POSITION:
+                np.minimum(block, np.repeat(rows | MAX_POSITION, counts), out=block)
+            block += self._flat[ranges(self._first[runs], per_run)]
+            if self._dropped:
+                block = block[block >= 0]
             key[filled:filled + len(block)] = block
             filled += len(block)
         key = key[:filled]
         key.sort()
-        return key
+        return key, longest
 
 
 def _capped(key: np.ndarray) -> np.ndarray:
