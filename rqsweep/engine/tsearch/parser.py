@@ -574,14 +574,17 @@ class RunCache:
             numbers = [self.part_numbers(row) if isinstance(row, str) else [self.add(row)] for row in rows]
             return (np.fromiter(chain.from_iterable(numbers), np.int32),
                     np.cumsum(np.fromiter(map(len, numbers), np.int64, len(rows))))
-        numbers = np.fromiter(map(self._runs.__getitem__, runs.distinct), np.int32, len(runs.distinct))[runs.codes]
+        distinct = np.fromiter(map(self._runs.__getitem__, runs.distinct), np.int32, len(runs.distinct))
+        numbers = distinct[runs.codes]
         starts = runs.starts
         firsts = np.unique(runs.codes[starts])
         first_parts = np.empty(len(runs.distinct), np.int32)
         first_parts[firsts] = [self._first_runs[runs.distinct[code]] for code in firsts]
         numbers[starts] = first_parts[runs.codes[starts]]
         # The rows of `runs` read whole instead: a run left the parser unclean, or the text has a tag.
-        redo = np.logical_or.reduceat(numbers == _UNCLEAN, starts) | whole[cut]
+        redo = whole[cut]
+        if (distinct == _UNCLEAN).any() or (first_parts[firsts] == _UNCLEAN).any():
+            redo = redo | np.logical_or.reduceat(numbers == _UNCLEAN, starts)
         if not redo.any() and cut.all():
             return numbers, runs.ends
         counts = np.diff(runs.ends, prepend=0)
