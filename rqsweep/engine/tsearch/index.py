@@ -402,7 +402,7 @@ class LexicalIndexBuilder:
         key, longest = self._sorted_keys(numbers, ends)
         if longest > MAX_POSITIONS:  # no lexeme of a shorter row can repeat a position or pass its limit
             key = _capped(key)
-        pos = (key & MAX_POSITION).astype(np.int16)
+        pos = key.astype(np.int16) & MAX_POSITION  # the cast keeps the low 16 bits
         key >>= _POS_KEY_BITS
         new_group = np.empty(len(key), bool)
         new_group[:1] = True
@@ -412,7 +412,7 @@ class LexicalIndexBuilder:
         group = key[starts]
         del key
         group_count = np.diff(np.append(starts, len(pos))).astype(np.uint8)  # at most MAX_POSITIONS (255)
-        group_row = (group & ((1 << _ROW_KEY_BITS) - 1)).astype(np.uint16)
+        group_row = group.astype(np.uint16)  # the low 16 bits: the row
         group >>= _ROW_KEY_BITS
         new_lexeme = np.ones(len(group), bool)
         new_lexeme[1:] = group[1:] != group[:-1]
