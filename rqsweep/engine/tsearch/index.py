@@ -402,21 +402,20 @@ class LexicalIndexBuilder:
         key, longest = self._sorted_keys(numbers, ends)
         if longest > MAX_POSITIONS:  # no lexeme of a shorter row can repeat a position or pass its limit
             key = _capped(key)
-        pos = key.astype(np.int16) & MAX_POSITION  # the cast keeps the low 16 bits
+        # Fresh arrays this large cost about as much in page faults as the passes that fill them: each is made once,
+        # in its final type.
+        pos = key.astype(np.int16)
+        pos &= MAX_POSITION  # the cast kept the low 16 bits
         key >>= _POS_KEY_BITS
-        new_group = np.empty(len(key), bool)
-        new_group[:1] = True
-        np.not_equal(key[1:], key[:-1], out=new_group[1:])
-        starts = np.flatnonzero(new_group)
-        del new_group
+        starts = _run_starts(key)
         group = key[starts]
         del key
-        group_count = np.diff(np.append(starts, len(pos))).astype(np.uint8)  # at most MAX_POSITIONS (255)
+        group_count = np.empty(len(starts), np.uint8)  # at most MAX_POSITIONS (255)
+        np.subtract(starts[1:], starts[:-1], out=group_count[:-1], casting="unsafe")
+        group_count[-1:] = len(pos) - starts[-1:]
         group_row = group.astype(np.uint16)  # the low 16 bits: the row
         group >>= _ROW_KEY_BITS
-        new_lexeme = np.ones(len(group), bool)
-        new_lexeme[1:] = group[1:] != group[:-1]
-        first_groups = np.flatnonzero(new_lexeme)
+        first_groups = _run_starts(group)
         return _Segment(len(ends), group[first_groups].astype(np.int32), np.append(first_groups, len(group)),
                         starts[first_groups], group_row, group_count, pos)
 
@@ -475,6 +474,14 @@ class LexicalIndexBuilder:
         key = key[:filled]
         key.sort()
         return key, longest
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins."""
+    changes = np.empty(len(values), bool)
+    changes[:1] = True
+    np.not_equal(values[1:], values[:-1], out=changes[1:])
+    return np.flatnonzero(changes)
 
 
 def _capped(key: np.ndarray) -> np.ndarray:
