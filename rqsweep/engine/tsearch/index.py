@@ -389,11 +389,11 @@ class LexicalIndexBuilder:
                 cut = n_rows - taken
                 self._waiting.insert(0, (block_numbers[block_ends[cut - 1]:], block_ends[cut:] - block_ends[cut - 1]))
                 block_numbers, block_ends = block_numbers[:block_ends[cut - 1]], block_ends[:cut]
-            ends.append(block_ends + sum(map(len, numbers)))
+            ends.append(block_ends + sum(map(len, numbers)) if numbers else block_ends)
             numbers.append(block_numbers)
             taken += len(block_ends)
         self._n_waiting -= n_rows
-        return np.concatenate(numbers), np.concatenate(ends)
+        return (numbers[0], ends[0]) if len(numbers) == 1 else (np.concatenate(numbers), np.concatenate(ends))
 
     def _segment(self, numbers: np.ndarray, ends: np.ndarray) -> "_Segment":
         """The segment of rows whose parts are `numbers`, row r's ending at `ends[r]`: positions count from 1
@@ -423,7 +423,7 @@ class LexicalIndexBuilder:
         grown = len(self._parts) - len(self._size)
         self._first = np.append(self._first, np.zeros(grown, np.int64))
         self._size = np.append(self._size, np.full(grown, -1, np.int64))
-        fresh = np.flatnonzero(self._size[numbers] < 0)
+        fresh = np.flatnonzero((self._size < 0)[numbers])  # a byte per run, not the int64 sizes
         if not len(fresh):
             return
         # Each fresh part's first row position, by np.minimum.at: np.unique(return_index=True) sorts them all,
