@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rqsweep import job
-from rqsweep.runfolder import QUERIES
+from rqsweep.backends.embedded import EmbeddedBackend
+from rqsweep.runfolder import QUERIES, state, tables
 from tests.minijob import write_job
 
 TABLES = ("grid.parquet", "queries.parquet", "hits.parquet", "settings.parquet", "label_health.parquet")
@@ -101,3 +102,49 @@ def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, 
     assert resumed.grid.drop("run_id").equals(clean.grid.drop("run_id"))
     assert pl.read_parquet(run_dir / QUERIES).drop("run_id").equals(
         pl.read_parquet(clean.run_dir / QUERIES).drop("run_id"))
+
+
+@pytest.mark.parametrize("validation", [True, False])
+def test_batches_scored_and_kept_a_few_settings_at_a_time_give_the_tables_of_whole_batches(tmp_path, monkeypatch,
+                                                                                            validation):
+    config = write_job(tmp_path / "job", validation=validation)
+    whole = job.run(config, quiet=True, output_dir=tmp_path / "whole")  # 48 settings x 10 queries: one frame
+    assert pq.ParquetFile(whole.run_dir / QUERIES).num_row_groups == 1
+    # Batches of 7 settings, scored 3 at a time (25 rows: no divisor of 70) and kept in parts in groups of 4.
+    monkeypatch.setattr(EmbeddedBackend, "ROWS_PER_CHECKPOINT", 70)
+    monkeypatch.setattr(job, "QUERY_ROWS_PER_GROUP", 25)
+    monkeypatch.setattr(tables, "QUERY_ROWS_PER_GROUP", 25)
+    monkeypatch.setattr(state, "PART_ROWS_PER_GROUP", 35)
+    evaluate, groups = job.Sweep.evaluate, []
+
+    def interrupted_after_two_batches(self, settings):
+        if len(list(self.state.folder.glob("part-*.parquet"))) == 3:  # the baseline's and two of the grid's
+            groups.extend(pq.ParquetFile(p).num_row_groups for p in sorted(self.state.folder.glob("part-*")))
+            raise KeyboardInterrupt
+        return evaluate(self, settings)
+
+    monkeypatch.setattr(job.Sweep, "evaluate", interrupted_after_two_batches)
+    with pytest.raises(KeyboardInterrupt):
+        job.run(config, quiet=True, output_dir=tmp_path / "split")
+    assert groups == [1, 2, 2]  # 10 rows, then 70 as 40 + 30
+    monkeypatch.setattr(job.Sweep, "evaluate", evaluate)
+    split = job.run(config, quiet=True, output_dir=tmp_path / "fresh")
+    (interrupted,) = (tmp_path / "split" / "mini").iterdir()
+    resumed = job.run(config, quiet=True, resume=interrupted)
+    rows = pq.ParquetFile(split.run_dir / QUERIES)
+    sizes = [rows.metadata.row_group(g).num_rows for g in range(rows.num_row_groups)]
+    assert sizes[:3] == [10 + 30, 30, 10 + 30]  # the baseline alone, then a batch's 30 + 30 + 10 rows
+    ids = [set(rows.read_row_group(g, columns=["setting_id"])["setting_id"].to_pylist()) for g in range(len(sizes))]
+    assert sum(map(len, ids)) == len(set().union(*ids)) == 48  # each setting in one row group
+    expected = _tables(whole.run_dir)
+    for run in (split, resumed):
+        got = _tables(run.run_dir)
+        assert got.keys() == expected.keys()
+        for name in expected:
+            if name == "routing.json":
+                assert {**got[name], "run_id": None} == {**expected[name], "run_id": None}
+                continue
+            (frame, metadata), (frame_expected, metadata_expected) = got[name], expected[name]
+            assert frame.drop("run_id", strict=False).equals(frame_expected.drop("run_id", strict=False)), name
+            assert metadata == metadata_expected, name
+        assert _noise_section(run.run_dir) == _noise_section(whole.run_dir)

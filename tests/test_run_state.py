@@ -7,11 +7,14 @@ import sys
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rqsweep import job
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
 from rqsweep.runfolder import RunState
+from rqsweep.runfolder.state import whole_settings
 from tests.minijob import write_job
 from tests.runfolders import outcome_rows, state_rows
 
@@ -106,3 +109,18 @@ def test_the_cli_reports_a_damaged_part_without_a_traceback(tmp_path):
                            str(clean.run_dir)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert str(part) in proc.stderr and "Traceback" not in proc.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 6), max_size=12), st.integers(1, 20))
+def test_whole_settings_cuts_between_settings_at_the_first_end_reaching_the_size(lengths, at_least):
+    rows = pl.DataFrame({"setting_id": [f"s{i}" for i, n in enumerate(lengths) for _ in range(n)],
+                         "row": range(sum(lengths))})
+    frames = list(whole_settings(rows, at_least))
+    assert (pl.concat(frames) if frames else rows.clear()).equals(rows)
+    assert all(f.height for f in frames)
+    ids = [set(f["setting_id"]) for f in frames]
+    assert sum(map(len, ids)) == len(set().union(*ids))  # no setting in two frames
+    for f in frames[:-1]:  # each but the last the fewest whole settings reaching `at_least` rows
+        last = f["setting_id"][-1]
+        assert f.height >= at_least > f.filter(pl.col("setting_id") != last).height

@@ -6,14 +6,30 @@ import re
 from pathlib import Path
 from typing import Collection, Iterator, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.errors import InputError
-from rqsweep.files import write_parquet, writing_in
+from rqsweep.files import write_parquet_groups, writing_in
 from rqsweep.runfolder.folder import QUERIES, STATE_DIR
+
+# Rows of a part's row groups: a batch of a million (setting, query) rows is turned to Arrow and written a group at a
+# time, not beside a whole copy of itself.
+PART_ROWS_PER_GROUP = 1 << 16
+
+
+def whole_settings(rows: pl.DataFrame, at_least: int) -> Iterator[pl.DataFrame]:
+    """`rows` (each setting's rows together, as every batch, part and row group holds them) in slices of whole
+    settings, each of at least `at_least` rows but the last."""
+    ends = np.cumsum(rows["setting_id"].rle().struct.field("len").to_numpy())
+    start = 0
+    while start < rows.height:
+        end = int(ends[min(np.searchsorted(ends, start + at_least), len(ends) - 1)])
+        yield rows.slice(start, end - start)
+        start = end
 
 
 class RunState:
@@ -92,10 +108,11 @@ class RunState:
             return None
         rows = self.as_recorded(rows)
         path = self.folder / f"part-{self._next:06d}.parquet"
-        write_parquet(path, rows)
+        write_parquet_groups(path, whole_settings(rows, PART_ROWS_PER_GROUP), rows_per_group=PART_ROWS_PER_GROUP)
         self._next += 1
         self._units.append((path, None))
-        self._index(len(self._units) - 1, rows)
+        for group in whole_settings(rows, PART_ROWS_PER_GROUP):
+            self._index(len(self._units) - 1, group)
         return path
 
     def as_recorded(self, rows: pl.DataFrame) -> pl.DataFrame:

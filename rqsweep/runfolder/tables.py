@@ -79,7 +79,8 @@ def table_metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
 QUERY_STATISTICS = ["setting_id", "query_id", "error"]
 # Rows of queries.parquet gathered before a row group is written: a run writes it during its evaluation, beside
 # the backend's memory, and holds about three copies of a group's rows (gathered, turned to Arrow, being written).
-QUERY_ROWS_PER_GROUP = 1 << 18
+# The job scores a batch this many rows of whole settings at a time (`Sweep.scored_parts`), each a row group.
+QUERY_ROWS_PER_GROUP = 1 << 16
 
 
 def write_queries(run_dir: Path, chunks: Iterable[pl.DataFrame], metadata: Mapping[str, str]) -> Path:
