@@ -7,13 +7,13 @@ from pathlib import Path
 
 from rqsweep.config import Chunking, CorpusFiles
 from rqsweep.corpus.model import (Chunk, Corpus, Document, Memory, Table, chunk_contents, chunk_document,
-                                  corpus_from_rows, memory_updated_at, read_corpus_file)
+                                  chunk_id, corpus_from_rows, memory_updated_at, read_corpus_file)
 from rqsweep.corpus.texts import Texts
 from rqsweep.corpus.pages import read_pages
 from rqsweep.errors import InputError, shown
 
 __all__ = ["Chunk", "Chunking", "Corpus", "Document", "Memory", "Table", "Texts", "chunk_contents", "chunk_document",
-           "corpus_from_rows", "load_corpus", "memory_updated_at"]
+           "chunk_id", "corpus_from_rows", "load_corpus", "memory_updated_at"]
 
 CORPUS_FORMATS = ("corpora read: rqsweep's file (.yaml, .yml, .json: documents and memories), JSON lines (.jsonl: a "
                   "document per line, or a memory with source_type memory), a folder of Markdown and plain-text pages")

@@ -169,8 +169,13 @@ def _pieces(content: str, chunking: Chunking) -> list[str]:
     return _utf16_slices(content, chunking.chunk_size, chunking.chunk_size - chunking.chunk_overlap)
 
 
+def chunk_id(document_key: str, i: int) -> str:
+    """The id of a document's i-th chunk (from 0)."""
+    return f"{document_key}#{i}"
+
+
 def chunk_document(doc: Document, chunking: Chunking) -> list[Chunk]:
-    return [Chunk(f"{doc.key}#{i}", doc.key, piece) for i, piece in enumerate(_pieces(doc.content, chunking))]
+    return [Chunk(chunk_id(doc.key, i), doc.key, piece) for i, piece in enumerate(_pieces(doc.content, chunking))]
 
 
 def chunk_contents(documents: Table, chunking: Chunking) -> tuple[np.ndarray, Texts]:

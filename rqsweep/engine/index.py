@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from rqsweep.config import Chunking
-from rqsweep.corpus import Corpus, chunk_contents, memory_updated_at
+from rqsweep.corpus import Corpus, chunk_contents, chunk_id, memory_updated_at
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
@@ -167,7 +167,8 @@ def table_rows(corpus: Corpus, chunking: Chunking, now: datetime) -> tuple[Rows,
     counts, contents = chunk_contents(corpus.documents, chunking)
     columns = corpus.documents.columns
     per_chunk = np.repeat(np.arange(len(counts)), counts).tolist()
-    documents = Rows("document", [f"{columns['key'][d]}#{i}" for d, n in enumerate(counts.tolist()) for i in range(n)],
+    ids = [chunk_id(columns["key"][d], i) for d, n in enumerate(counts.tolist()) for i in range(n)]
+    documents = Rows("document", ids,
                      [columns["key"][d] for d in per_chunk], contents, [columns["tags"][d] for d in per_chunk],
                      [columns["path"][d] for d in per_chunk], np.full(len(contents), now_ms, np.int64))
     memories = corpus.memories.columns
