@@ -108,10 +108,11 @@ class RunState:
             return None
         rows = self.as_recorded(rows)
         path = self.folder / f"part-{self._next:06d}.parquet"
-        write_parquet_groups(path, whole_settings(rows, PART_ROWS_PER_GROUP), rows_per_group=PART_ROWS_PER_GROUP)
+        groups = list(whole_settings(rows, PART_ROWS_PER_GROUP))  # slices: views of `rows`
+        write_parquet_groups(path, groups, rows_per_group=PART_ROWS_PER_GROUP)
         self._next += 1
         self._units.append((path, None))
-        for group in whole_settings(rows, PART_ROWS_PER_GROUP):
+        for group in groups:
             self._index(len(self._units) - 1, group)
         return path
 
