@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import chain
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -18,7 +17,7 @@ from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, 
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
-from rqsweep.engine.index_cache import BuiltRows, IndexCache
+from rqsweep.engine.index_cache import CachedRows, IndexCache, StoredParts
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
@@ -42,104 +41,119 @@ def clamp_limit(limit: object) -> int:
     return DEFAULT_LIMIT if n < 1 else min(n, MAX_LIMIT)
 
 
-def _column_major(n_rows: int, portions: Iterable[np.ndarray]) -> np.ndarray:
-    """The vectors of `n_rows` rows from consecutive portions of them, column-major: a sparse query vector (the
-    feature hash's) is estimated from its own columns only. A portion at a time, so the conversion never holds a
-    second copy of them all."""
-    out, start = None, 0
-    for part in portions:
-        if out is None:
-            out = np.empty((n_rows, part.shape[1]), np.float32, order="F")
-        out[start:start + len(part)] = part
-        start += len(part)
-    return np.zeros((0, 1), np.float32, order="F") if out is None else out
+class _ColumnMajor:
+    """The float32 vectors of `n_rows` rows, put in any order, column-major: a sparse query vector (the feature
+    hash's) is estimated from its own columns only. Filled in place, so no second copy of them all is held."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.n_rows, self.array = n_rows, None
+
+    def put(self, rows: slice | np.ndarray, vectors: np.ndarray, divisors: None = None) -> None:
+        if self.array is None:
+            self.array = np.empty((self.n_rows, vectors.shape[1]), np.float32, order="F")
+        self.array[rows] = vectors
+
+    def subset(self, rows: slice | np.ndarray) -> np.ndarray:
+        """The vectors of `rows`."""
+        return np.zeros((0, 0), np.float32) if self.array is None else self.array[rows]
+
+    def finish(self) -> np.ndarray:
+        return np.zeros((0, 1), np.float32, order="F") if self.array is None else self.array
 
 
-def _read_and_embed(embedder: Embedder, texts: Sequence[str]) -> tuple[np.ndarray | QuarterVectors, LexicalIndex]:
+def _read_and_embed(embedder: Embedder, texts: Sequence[str],
+                    cached: CachedRows | None = None) -> tuple[np.ndarray | QuarterVectors, LexicalIndex]:
     """The vectors of `texts` as a store keeps them, and their lexical index, a portion of texts at a time: each
     portion read for the lexical index goes into its builder, so no more than a segment's rows are held read. An
     embedder that gives its vectors as quarter counts (the feature hash) keeps them in a quarter of float32's
     memory and reads the runs the lexical index reads, each portion cut once for both; any other embedder's
-    vectors are column-major."""
+    vectors are column-major.
+
+    With `cached` (the rows in groups keyed in an index cache), a portion ends at a group's end: its groups found
+    in the cache are read back, and only the others' texts are read, built as above and stored."""
     quarters = hasattr(embedder, "quarter_blocks")
     parsed = RunCache()
     lexical = LexicalIndexBuilder(parsed.parts)
-
-    def portions() -> Iterator:
-        size = _CUT_PORTION if quarters else _EMBED_PORTION
-        for lo in range(0, len(texts), size):
-            portion = texts[lo:lo + size]
-            runs = split_runs(portion)
-            lexical.add(*parsed.parts_of(portion, runs))
-            if quarters:
-                yield from embedder.quarter_blocks(portion, runs)
-            else:
-                yield embedder.embed(portion)
-
-    if quarters:
-        vectors = QuarterVectors.of_blocks(len(texts), embedder.dimensions, portions())
-    else:
-        vectors = _column_major(len(texts), portions())
-    return vectors, lexical.finish()
-
-
-def _build_with_cache(cache: IndexCache, embedder: Embedder, keys: list[bytes], groups: list[list[str]],
-                      n_documents: int) -> tuple[np.ndarray, RunCache, list[tuple[np.ndarray, np.ndarray]], int]:
-    """Vectors of every row (`groups`: the texts of each key; the first `n_documents` keys are documents), from
-    `cache` where it holds them; the rest is built and stored. Also the rows read for the lexical index (a run
-    cache and the parts of the documents' and the memories' rows, `RunCache.parts_of`: new texts are parsed
-    once, for the index and the cache alike) and how many rows came from the cache."""
-    sizes = np.fromiter(map(len, groups), np.int64, len(groups))
-    starts = np.cumsum(sizes) - sizes
-    at: dict[bytes, list[int]] = {}
-    for i, key in enumerate(keys):
-        at.setdefault(key, []).append(i)
-    # Each stored entry is copied into its places as it is read and let go, and new rows are embedded straight
-    # into theirs: the build never holds the rows twice.
-    vectors, found = None, {}
-    for key, entry in cache.entries(keys):
-        if len(entry.lexemes) != sizes[at[key][0]]:
-            continue
-        if vectors is None:
-            vectors = np.empty((int(sizes.sum()), entry.vectors.shape[1]), np.float32, order="F")
-        for i in at[key]:
-            vectors[starts[i]:starts[i] + sizes[i]] = entry.vectors
-        found[key] = entry.lexemes
-    missing = {key: groups[i[0]] for key, i in at.items() if key not in found}
-    texts = [text for group in missing.values() for text in group]
-    places = ranges(starts[[at[key][0] for key in missing]], sizes[[at[key][0] for key in missing]])
-    for lo in range(0, len(texts), _EMBED_PORTION):
-        portion = embedder.embed(texts[lo:lo + _EMBED_PORTION])
-        if vectors is None:
-            vectors = np.empty((int(sizes.sum()), portion.shape[1]), np.float32, order="F")
-        vectors[places[lo:lo + len(portion)]] = portion
-    del texts, places
-    if vectors is None:
-        vectors = np.empty((int(sizes.sum()), 1), np.float32, order="F")
-    for key in missing:
-        first, *repeats = at[key]
-        for i in repeats:  # the same new content twice
-            vectors[starts[i]:starts[i] + sizes[i]] = vectors[starts[first]:starts[first] + sizes[i]]
-    rows = [row for key, group in zip(keys, groups) for row in (found[key] if key in found else group)]
-    n = int(sizes[:n_documents].sum())
-    parsed = RunCache()
-    read = [parsed.parts_of(rows[:n]), parsed.parts_of(rows[n:])]
-    del rows
-    cache.store({key: BuiltRows(vectors[starts[at[key][0]]:starts[at[key][0]] + len(group)],
-                                tuple(_row_lexemes(parsed, read, n, int(starts[at[key][0]]) + j)
-                                      for j in range(len(group))))
-                 for key, group in missing.items()})
-    reused = sum(len(group) for key, group in zip(keys, groups) if key in found)
-    return vectors, parsed, read, reused
+    stored = StoredParts(parsed)
+    vectors = QuarterVectors.empty(len(texts), embedder.dimensions) if quarters else _ColumnMajor(len(texts))
+    ends = cached.ends if cached else np.arange(1, len(texts) + 1)
+    for lo_group, hi_group in _portions(ends, _CUT_PORTION if quarters else _EMBED_PORTION):
+        lo, hi = int(ends[lo_group - 1]) if lo_group else 0, int(ends[hi_group - 1])
+        found, old, found_groups = (_read_back(cached, range(lo_group, hi_group), stored, vectors,
+                                               embedder.dimensions if quarters else None, lo, hi)
+                                    if cached else (np.zeros(hi - lo, bool), [], []))
+        fresh = np.flatnonzero(~found) + lo
+        portion = _texts_of(texts, fresh)
+        runs = split_runs(portion) if portion else None
+        numbers, row_ends = parsed.parts_of(portion, runs)
+        if quarters and portion:
+            at = 0
+            for counts, divisors in embedder.quarter_blocks(portion, runs):
+                vectors.put(_rows(fresh[at:at + len(counts)]), counts, divisors)
+                at += len(counts)
+        elif portion:
+            vectors.put(_rows(fresh), embedder.embed(portion))
+        del portion, runs
+        if cached:
+            new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
+            cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
+        if old:
+            numbers, row_ends = _merged(found, old, numbers, row_ends)
+        lexical.add(numbers, row_ends)
+    return vectors if quarters else vectors.finish(), lexical.finish()
 
 
-def _row_lexemes(parsed: RunCache, read: list[tuple[np.ndarray, np.ndarray]], n_documents: int,
-                 row: int) -> tuple[str | None, ...]:
-    """The lexemes of row `row` (documents' rows first, then memories') from its parts."""
-    numbers, ends = read[0] if row < n_documents else read[1]
-    row = row if row < n_documents else row - n_documents
-    lo = int(ends[row - 1]) if row else 0
-    return tuple(chain.from_iterable(map(parsed.parts.__getitem__, numbers[lo:ends[row]].tolist())))
+def _read_back(cached: CachedRows, groups: range, stored: StoredParts, vectors: QuarterVectors | _ColumnMajor,
+               dimensions: int | None, lo: int, hi: int) -> tuple[np.ndarray, list, list[np.ndarray]]:
+    """The rows of `groups` (rows lo..hi) found in the index cache, put into `vectors`: which rows of lo..hi they
+    are, their part numbers and parts per row (in blocks), and which groups they are (in blocks)."""
+    found, old, found_groups = np.zeros(hi - lo, bool), [], []
+    for rows_of, block, divisors, numbers, row_ends in cached.read(groups, stored, dimensions):
+        at = cached.rows_of(rows_of)
+        found[at - lo] = True
+        vectors.put(_rows(at), block, divisors)
+        old.append((numbers, np.diff(row_ends, prepend=0)))
+        found_groups.append(rows_of)
+        del block
+    return found, old, found_groups
+
+
+def _portions(ends: np.ndarray, size: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges of groups (`ends`: where each group's rows end) of about `size` rows, at least one group
+    each."""
+    lo = 0
+    while lo < len(ends):
+        hi = max(lo + 1, int(np.searchsorted(ends, (int(ends[lo - 1]) if lo else 0) + size, "right")))
+        yield lo, hi
+        lo = hi
+
+
+def _rows(rows: np.ndarray) -> slice | np.ndarray:
+    """Ascending distinct row numbers, as a slice when they run on without a gap (cheaper to write through)."""
+    return slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and rows[-1] - rows[0] == len(rows) - 1 else rows
+
+
+def _texts_of(texts: Sequence[str], rows: np.ndarray) -> list[str]:
+    """The texts of ascending `rows`, one read per run of consecutive rows."""
+    if not len(rows):
+        return []
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    return [text for stretch in np.split(rows, breaks) for text in texts[int(stretch[0]):int(stretch[-1]) + 1]] \
+        if len(breaks) else texts[int(rows[0]):int(rows[-1]) + 1]
+
+
+def _merged(found: np.ndarray, old: list[tuple[np.ndarray, np.ndarray]], numbers: np.ndarray,
+            row_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The part numbers and row ends of a portion's rows, in order, from its rows read back (`found`; `old`: their
+    numbers and parts per row, in blocks) and its new rows (`numbers`, `row_ends`)."""
+    per_row = np.empty(len(found), np.int64)
+    per_row[found] = np.concatenate([n for _, n in old])
+    per_row[~found] = np.diff(row_ends, prepend=0)
+    from_old = np.repeat(found, per_row)
+    merged = np.empty(len(from_old), np.int32)
+    merged[from_old] = np.concatenate([n for n, _ in old])
+    merged[~from_old] = numbers
+    return merged, np.cumsum(per_row)
 
 
 def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool:
@@ -184,11 +198,12 @@ class Store(Rows):
 
     vectors: np.ndarray | QuarterVectors = field(kw_only=True)
     lexical: LexicalIndex = field(kw_only=True)
-    norms: np.ndarray = field(init=False, repr=False)
+    norms: np.ndarray | None = field(default=None, kw_only=True, repr=False)  # computed when not given
     _scopes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self.norms = squared_norms(self.vectors)
+        if self.norms is None:
+            self.norms = squared_norms(self.vectors)
 
     def in_scope(self, scope: Scope) -> tuple[np.ndarray, np.ndarray | None]:
         """The rows visible under `scope` (ascending) and their mask, None when every row is visible.
@@ -320,27 +335,18 @@ class Index(Catalog):
         """
         now = now or datetime.now(timezone.utc)
         documents, memories, counts = table_rows(corpus, chunking, now)
-        if cache is None:
-            built = [_read_and_embed(embedder, documents.contents), _read_and_embed(embedder, memories.contents)]
-            vectors, lexical = [stored for stored, _ in built], [read for _, read in built]
-            del built
-            reused = 0
-        else:
-            # The cache's build still holds every text at once (its groups and rows).
-            chunks, ends = documents.contents[:], np.cumsum(counts).tolist()
-            groups = [chunks[e - c:e] for c, e in zip(counts.tolist(), ends)] + [[m] for m in memories.contents]
-            del chunks
-            keys = ([cache.document_key(text) for text in corpus.documents.contents]
-                    + [cache.memory_key(text) for text in memories.contents])
-            both, parsed, read, reused = _build_with_cache(cache, embedder, keys, groups, len(corpus.documents))
-            del groups
-            n = len(documents.ids)
-            vectors = [both[:n], both[n:]]
-            lexical = [LexicalIndex.of_parts(parsed.parts, *parts) for parts in read]
-            del parsed, read
+        cached = [None, None] if cache is None else [
+            CachedRows(cache, [cache.document_key(text) for text in corpus.documents.contents], counts),
+            CachedRows(cache, [cache.memory_key(text) for text in memories.contents],
+                       np.ones(len(memories.ids), np.int64))]
+        built = [_read_and_embed(embedder, rows.contents, c) for rows, c in zip((documents, memories), cached)]
+        vectors, lexical = [stored for stored, _ in built], [read for _, read in built]
+        del built
+        reused = sum(c.reused for c in cached if c)
         total = len(documents.ids) + len(memories.ids)
-        index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0]),
-                    Store(**vars(memories), vectors=vectors[1], lexical=lexical[1]),
+        norms = [c.norms if c else None for c in cached]
+        index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0], norms=norms[0]),
+                    Store(**vars(memories), vectors=vectors[1], lexical=lexical[1], norms=norms[1]),
                     embedder, now, tie_order)
         index.rows_built, index.rows_reused = total - reused, reused
         return index

@@ -1,9 +1,12 @@
 """An on-disk cache of built index rows, so a rerun re-indexes only the documents and memories that changed.
 
-An entry holds what building a document's chunks (or a memory) costs: their vectors and their lexemes
-(`to_tsvector('simple')` in position order). It is keyed by the content's SHA-256, the chunking (for
-documents), the lexical port's sources and, through its file, the embedder's identity; the chunk texts and
-ids are cut again from the document, which is cheap and keeps the cache free of keys.
+An entry holds what building a document's chunks (or a memory) costs, as the build keeps it: the feature hash's
+quarter counts and norms (`QuarterVectors`) or another embedder's float32 rows, and each row's lexemes as the
+parts `RunCache.parts_of` read them into (a part per run, in order). A build reads entries back with numpy and
+Arrow, a portion of rows at a time: no Python step per row or lexeme. An entry is keyed by the content's
+SHA-256, the chunking (for documents), the lexical port's sources and, through its file, the embedder's
+identity; the chunk texts and ids are cut again from the document, which is cheap and keeps the cache free of
+keys. The file records its format (`_FORMAT`): one written in another is emptied, never misread.
 """
 
 from __future__ import annotations
@@ -11,82 +14,218 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import struct
-import sys
 import time
 import zlib
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rqsweep.backends.embedded_config import DEFAULT_MAX_MB
 from rqsweep.config import Chunking
 from rqsweep.engine import runs
+from rqsweep.engine.runs import ranges
+from rqsweep.engine.cosine import squared_norms
 from rqsweep.engine.embed.cache import cache_file_name, connect_wal
+from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
+from rqsweep.engine.tsearch.parser import RunCache
 
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
 _PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data, runs))).hexdigest()
-_SEPARATOR = "\0"  # never inside a lexeme (control characters are blanks to the parser)
-_MAGIC, _CRC, _HEADER = b"RQX1", struct.Struct("<I"), struct.Struct("<III")  # rows, dimensions, positions
+_FORMAT = 2  # the file's user_version: 0 (no version) held float32 rows and lexemes as strings
+_MAGIC, _CRC, _HEADER = b"RQX2", struct.Struct("<I"), struct.Struct("<IIIc")  # rows, dimensions, parts, vectors' type
+_VECTOR_TYPES = {b"b": "<i1", b"h": "<i2", b"i": "<i4", b"f": "<f4"}  # quarter counts, or float32 rows
+_WIDTHS = {code: np.dtype(t).itemsize for code, t in _VECTOR_TYPES.items()}
+_START = len(_MAGIC) + _CRC.size  # where the header begins
+_LOOKUP = 8192  # keys per SELECT, under SQLite's bound-parameter limit (32,766)
+# Within a part, each lexeme is followed by \x01, a lexeme too long to keep (None) is \x02; each part by \0.
+# None of them can be inside a lexeme: control characters are blanks to the parser.
+_LEXEME_END, _TOO_LONG, _PART_END = "\x01", "\x02", b"\0"
 
 
-@dataclass(frozen=True)
-class BuiltRows:
-    """The built rows of one document (its chunks, in order) or of one memory (one row)."""
+class BuiltRows(NamedTuple):
+    """The built rows of one document (its chunks, in order) or of one memory (one row), each field little-endian
+    bytes as the entry holds them: a build reads a block of entries back with one numpy call per field
+    (`CachedRows.read`)."""
 
-    vectors: np.ndarray  # float32, one row per chunk
-    lexemes: tuple[tuple[str | None, ...], ...]  # per chunk; None: a lexeme too long to keep, holding a position
+    code: bytes  # the vectors' type (`_VECTOR_TYPES`): quarter counts (integers) or float32 rows
+    dimensions: int
+    n_parts: int
+    lengths: bytes  # uint32 per row: how many parts its lexemes are in
+    norms: bytes  # float32 per row: pgvector's squared norm (`squared_norms`)
+    divisors: bytes  # float64 per row with quarter counts (`QuarterVectors`), else empty
+    vectors: bytes  # row-major
+    parts: bytes  # every row's parts in order (`encode_part`)
+
+    @classmethod
+    def of(cls, vectors: "QuarterVectors | np.ndarray", norms: np.ndarray, lengths: np.ndarray,
+           parts: bytes) -> "BuiltRows":
+        """The entry of rows whose vectors are `vectors` (as the store keeps them)."""
+        quarters = isinstance(vectors, QuarterVectors)
+        counts = vectors.counts if quarters else vectors
+        code = next(c for c, t in _VECTOR_TYPES.items() if counts.dtype == np.dtype(t))
+        return cls(code, counts.shape[1], int(lengths.sum()), np.asarray(lengths, "<u4").tobytes(),
+                   np.asarray(norms, "<f4").tobytes(),
+                   np.asarray(vectors.divisors, "<f8").tobytes() if quarters else b"",
+                   np.ascontiguousarray(counts, _VECTOR_TYPES[code]).tobytes(), parts)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.lengths) // 4
 
     def to_bytes(self) -> bytes:
-        """Vectors, then each position's number in the entry's own list of distinct lexemes (-1: None)."""
-        flat = list(chain.from_iterable(self.lexemes))
-        words = dict.fromkeys(flat)  # first appearance order
-        words.pop(None, None)
-        number = {word: i for i, word in enumerate(words)}
-        number[None] = -1
-        ids = np.fromiter(map(number.__getitem__, flat), "<i4", len(flat))
-        vectors = np.ascontiguousarray(self.vectors, "<f4")
-        payload = b"".join([
-            _HEADER.pack(len(self.lexemes), vectors.shape[1] if vectors.ndim == 2 else 0, len(ids)),
-            np.array([len(row) for row in self.lexemes], "<i4").tobytes(), ids.tobytes(), vectors.tobytes(),
-            _SEPARATOR.join(words).encode("utf-8", "surrogatepass")])
+        payload = b"".join([_HEADER.pack(self.n_rows, self.dimensions, self.n_parts, self.code), self.lengths,
+                            self.norms, self.divisors, self.vectors, self.parts])
         return _MAGIC + _CRC.pack(zlib.crc32(payload)) + payload
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "BuiltRows":
-        """Raises ValueError when `blob` is not an intact entry."""
-        start = len(_MAGIC) + _CRC.size
-        if blob[:len(_MAGIC)] != _MAGIC or len(blob) < start + _HEADER.size:
+        """Raises ValueError when `blob` is not an intact entry. That the row lengths add up to `n_parts` is checked
+        for a block of entries at once (`_consistent`)."""
+        if blob[:len(_MAGIC)] != _MAGIC or len(blob) < _START + _HEADER.size:
             raise ValueError("not an index cache entry")
-        if _CRC.unpack_from(blob, len(_MAGIC))[0] != zlib.crc32(memoryview(blob)[start:]):
+        if _CRC.unpack_from(blob, len(_MAGIC))[0] != zlib.crc32(memoryview(blob)[_START:]):
             raise ValueError("checksum mismatch")
-        n_rows, dims, n_ids = _HEADER.unpack_from(blob, start)
-        at = start + _HEADER.size
-        # array, not numpy, for the small integer parts: most entries are a chunk or two.
-        lengths, ids = array("i"), array("i")
-        lengths.frombytes(blob[at:at + 4 * n_rows])
-        ids.frombytes(blob[at + 4 * n_rows:at + 4 * (n_rows + n_ids)])
-        if sys.byteorder == "big":
-            lengths.byteswap()
-            ids.byteswap()
-        at += 4 * (n_rows + n_ids)
-        vectors = np.frombuffer(blob, "<f4", n_rows * dims, at).reshape(n_rows, dims)
-        table: list[str | None] = blob[at + 4 * n_rows * dims:].decode("utf-8", "surrogatepass").split(_SEPARATOR)
-        table.append(None)  # position -1
-        if (sum(lengths) != n_ids or min(lengths, default=0) < 0
-                or (ids and not -1 <= min(ids) <= max(ids) < len(table) - 1)):
+        n_rows, dims, n_parts, code = _HEADER.unpack_from(blob, _START)
+        if code not in _WIDTHS:
+            raise ValueError(f"unknown vector type {code!r}")
+        a = _START + _HEADER.size
+        b = a + 4 * n_rows
+        c = b + 4 * n_rows
+        d = c + (0 if code == b"f" else 8 * n_rows)
+        e = d + _WIDTHS[code] * n_rows * dims
+        if e > len(blob) or blob.count(_PART_END, e) != n_parts or (n_parts and blob[-1:] != _PART_END):
             raise ValueError("inconsistent entry")
-        flat = list(map(table.__getitem__, ids))
-        rows, end = [], 0
-        for n in lengths:
-            rows.append(tuple(flat[end:end + n]))
-            end += n
-        return cls(vectors, tuple(rows))
+        # Copies, not memoryviews: bytes are no work for the garbage collector (a build holds many objects).
+        return cls(code, dims, n_parts, blob[a:b], blob[b:c], blob[c:d], blob[d:e], blob[e:])
+
+
+def encode_part(part: tuple[str | None, ...]) -> bytes:
+    """A part's lexemes as an entry stores them: each lexeme followed by \\x01 (a lexeme too long to keep is \\x02),
+    the part by a zero byte."""
+    return "".join(_TOO_LONG + _LEXEME_END if w is None else w + _LEXEME_END
+                   for w in part).encode("utf-8", "surrogatepass") + _PART_END
+
+
+def _decoded_part(stored: bytes) -> tuple[str | None, ...]:
+    words = stored[:-1].decode("utf-8", "surrogatepass").split(_LEXEME_END)[:-1]
+    return tuple(None if w == _TOO_LONG else w for w in words)
+
+
+class StoredParts:
+    """Parts read from entries, as parts of `parsed` (each distinct one added once), and the parts of `parsed` as
+    entries store them."""
+
+    def __init__(self, parsed: RunCache) -> None:
+        self._parsed = parsed
+        self._numbers: dict[bytes, int] = {}  # a stored part -> its number in parsed.parts
+        self._encoded: list[bytes] = []  # parsed.parts[i] as an entry stores it
+
+    def numbers(self, stored: bytes) -> np.ndarray:
+        """The part numbers (int32) of `stored` parts (`encode_part`, one after another). The distinct ones are
+        found by Arrow's dictionary encoding, so only they cost a Python step."""
+        data = np.frombuffer(stored, np.uint8)
+        offsets = np.zeros(1, np.int64) if not len(data) else np.append(0, np.flatnonzero(data == 0) + 1)
+        column = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                                  [None, pa.py_buffer(offsets), pa.py_buffer(stored)])
+        encoded = pc.dictionary_encode(column)
+        known = self._numbers
+        distinct = [known[part] if part in known else self._add(part) for part in encoded.dictionary.to_pylist()]
+        return np.array(distinct, np.int32)[encoded.indices.to_numpy()]
+
+    def _add(self, part: bytes) -> int:
+        number = self._numbers[part] = self._parsed.add(_decoded_part(part))
+        return number
+
+    def encoded(self, numbers: np.ndarray) -> bytes:
+        """Parts of `parsed`, one after another, as an entry stores them."""
+        parts = self._parsed.parts
+        self._encoded.extend(map(encode_part, parts[len(self._encoded):]))
+        return b"".join(map(self._encoded.__getitem__, numbers.tolist()))
+
+
+class CachedRows:
+    """A store's rows in groups (a document's chunks, or one memory), each keyed in `cache`: what a build reads back
+    and stores, a portion of its groups at a time. `reused` counts the rows read back; `norms` holds every row's
+    squared norm once the build is done (read back, or computed for the entries stored)."""
+
+    def __init__(self, cache: "IndexCache", keys: list[bytes], sizes: np.ndarray) -> None:
+        self.cache, self.keys = cache, keys
+        self.ends = np.cumsum(sizes, dtype=np.int64)  # where each group's rows end
+        self.starts = self.ends - sizes
+        self.norms = np.empty(int(self.ends[-1]) if len(sizes) else 0, np.float32)
+        self.reused = 0
+
+    def rows_of(self, groups: np.ndarray) -> np.ndarray:
+        """The rows of ascending `groups`, in order."""
+        return ranges(self.starts[groups], self.ends[groups] - self.starts[groups])
+
+    def read(self, groups: range, parts: StoredParts, dimensions: int | None) -> Iterator[tuple]:
+        """The entries of `groups` found (of `dimensions` quarter counts, or float32 rows when None), `_LOOKUP`
+        rows at a time in group order: which groups (ascending), their rows' vectors and divisors (None for float32
+        rows), and their part numbers and row ends (as `RunCache.parts_of` gives them, over `parts`' parsed)."""
+        ends, starts, lo = self.ends, self.starts, groups.start
+        while lo < groups.stop:
+            hi = max(lo + 1, min(groups.stop, int(np.searchsorted(ends, starts[lo] + _LOOKUP, "right"))))
+            entries = dict(self.cache.entries(self.keys[lo:hi]))
+            found = [g for g, n in zip(range(lo, hi), (ends[lo:hi] - starts[lo:hi]).tolist())
+                     if (e := entries.get(self.keys[g])) is not None and e.n_rows == n and _fits(e, dimensions)]
+            lo = hi
+            chosen = [entries[self.keys[g]] for g in found]
+            del entries
+            lengths = np.frombuffer(b"".join(e.lengths for e in chosen), "<u4")
+            consistent = _consistent(chosen, lengths)
+            if not consistent.all():
+                self.cache._warn(f"index cache {self.cache.path}: {np.count_nonzero(~consistent)} inconsistent "
+                                 "entries are rebuilt")
+                found = [g for g, ok in zip(found, consistent) if ok]
+                chosen = [e for e, ok in zip(chosen, consistent) if ok]
+                lengths = np.frombuffer(b"".join(e.lengths for e in chosen), "<u4")
+            if not found:
+                continue
+            found = np.array(found, np.int64)
+            self.reused += len(lengths)
+            self.norms[self.rows_of(found)] = np.frombuffer(b"".join(e.norms for e in chosen), "<f4")
+            codes = {e.code for e in chosen}
+            vectors = (np.frombuffer(b"".join(e.vectors for e in chosen), _VECTOR_TYPES[codes.pop()])
+                       if len(codes) == 1 else  # counts of several widths: numpy widens them to the widest
+                       np.concatenate([np.frombuffer(e.vectors, _VECTOR_TYPES[e.code]) for e in chosen]))
+            block = (found, vectors.reshape(len(lengths), -1),
+                     None if dimensions is None else np.frombuffer(b"".join(e.divisors for e in chosen), "<f8"),
+                     parts.numbers(b"".join(e.parts for e in chosen)), np.cumsum(lengths, dtype=np.int64))
+            del chosen, vectors  # the entries go before the block is put in place
+            yield block
+            del block
+
+    def store(self, groups: np.ndarray, vectors: "QuarterVectors | np.ndarray", numbers: np.ndarray,
+              ends: np.ndarray, parts: StoredParts) -> None:
+        """Store the rows of `groups` (ascending): their vectors as the store keeps them, and their parts
+        (`RunCache.parts_of`'s numbers and row ends), computing their norms."""
+        if not len(groups):
+            return
+        norms = self.norms[self.rows_of(groups)] = squared_norms(vectors)
+        bounds = np.append(0, np.cumsum(self.ends[groups] - self.starts[groups])).tolist()
+        run_bounds = np.append(0, ends).tolist()
+        self.cache.store({self.keys[g]: BuiltRows.of(
+            vectors[a:b] if isinstance(vectors, np.ndarray) else vectors.subset(slice(a, b)), norms[a:b],
+            np.diff(ends[a:b], prepend=run_bounds[a]), parts.encoded(numbers[run_bounds[a]:run_bounds[b]]))
+            for g, a, b in zip(groups.tolist(), bounds[:-1], bounds[1:])})
+
+
+def _consistent(entries: list[BuiltRows], lengths: np.ndarray) -> np.ndarray:
+    """Whether each entry's rows (`lengths`: all of theirs, concatenated) hold its `n_parts` parts."""
+    sums = np.append(0, np.cumsum(lengths, dtype=np.int64))[np.cumsum([0] + [e.n_rows for e in entries])]
+    return np.diff(sums) == np.array([e.n_parts for e in entries], np.int64)
+
+
+def _fits(entry: BuiltRows, dimensions: int | None) -> bool:
+    """Whether `entry` holds what the build keeps: `dimensions` quarter counts, or float32 rows when None."""
+    return entry.code == b"f" if dimensions is None else entry.code != b"f" and entry.dimensions == dimensions
 
 
 class IndexCache:
@@ -117,14 +256,16 @@ class IndexCache:
         return hashlib.sha256(f"{_PARSER}\0memory\0{content}".encode("utf-8", "surrogatepass")).digest()
 
     def entries(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, BuiltRows]]:
-        """The entries found for `keys`, one at a time as they are read (a caller can let each go before the next
-        is decoded); damaged ones are left out (they are rebuilt and stored again). Those read count as used."""
-        wanted, read = set(keys), []
+        """The entries found for `keys` (in no set order), `_LOOKUP` keys looked up at a time and each decoded as it
+        is read (a caller can let it go before the next); damaged ones are left out (they are rebuilt and stored
+        again). Those read count as used."""
+        keys, read = list(dict.fromkeys(keys)), []
         try:
             with closing(connect_wal(self.path)) as conn:
-                # One scan: a rerun wants nearly every entry, and a scan reads them 5x faster than lookups by key.
-                for key, blob in conn.execute("SELECT key, rows FROM built"):
-                    if key in wanted:
+                for lo in range(0, len(keys), _LOOKUP):
+                    wanted = keys[lo:lo + _LOOKUP]
+                    query = f"SELECT key, rows FROM built WHERE key IN ({','.join('?' * len(wanted))})"
+                    for key, blob in conn.execute(query, wanted):
                         try:
                             entry = BuiltRows.from_bytes(blob)
                         except ValueError as exc:
@@ -165,17 +306,19 @@ class IndexCache:
     def _create(self) -> None:
         with closing(connect_wal(self.path)) as conn, conn:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if tables and version != _FORMAT:
+                self._warn(f"index cache {self.path} holds entries of format {version}, not {_FORMAT}: they are "
+                           "dropped and rebuilt")
+                for table in tables:
+                    conn.execute(f'DROP TABLE "{table}"')
+            conn.execute(f"PRAGMA user_version = {_FORMAT}")
             # A rowid table: SQLite keeps rows of several kilobytes far better there than WITHOUT ROWID (filling
             # 20,000 entries of 4.7 kB: 0.46 s of CPU instead of 1.40).
             conn.execute("CREATE TABLE IF NOT EXISTS built (key BLOB PRIMARY KEY, rows BLOB NOT NULL)")
             # When each entry was last used and its size, apart: touching an entry must not rewrite its rows.
             conn.execute("CREATE TABLE IF NOT EXISTS used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, "
                          "size INTEGER NOT NULL) WITHOUT ROWID")
-            if "entries" in tables:  # a file from before: its entries move over
-                conn.execute("INSERT OR IGNORE INTO built SELECT key, rows FROM entries")
-                conn.execute("DROP TABLE entries")
-            if "used" not in tables:
-                conn.execute("INSERT OR IGNORE INTO used SELECT key, 0, length(rows) FROM built")
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path.with_name(self.path.name + ".damaged")

@@ -37,14 +37,27 @@ class QuarterVectors:
     def of_blocks(cls, n_rows: int, dimensions: int,
                   blocks: Iterable[tuple[np.ndarray, np.ndarray]]) -> "QuarterVectors":
         """The vectors of `n_rows` rows from `quarter_blocks`' blocks of them, in order."""
-        counts, divisors, start = np.empty((n_rows, dimensions), np.int8, order="F"), np.empty(n_rows), 0
+        out, start = cls.empty(n_rows, dimensions), 0
         for block, block_divisors in blocks:
-            widest = max(int(block.max()), -int(block.min())) if block.size else 0
-            if widest > np.iinfo(counts.dtype).max:
-                counts = counts.astype(np.int16 if widest < 2**15 else np.int32, order="F")
-            counts[start:start + len(block)], divisors[start:start + len(block)] = block, block_divisors
+            out.put(slice(start, start + len(block)), block, block_divisors)
             start += len(block)
-        return cls(counts, divisors)
+        return out
+
+    @classmethod
+    def empty(cls, n_rows: int, dimensions: int) -> "QuarterVectors":
+        """Room for `n_rows` rows, filled by `put`."""
+        return cls(np.empty((n_rows, dimensions), np.int8, order="F"), np.empty(n_rows))
+
+    def put(self, rows: slice | np.ndarray, counts: np.ndarray, divisors: np.ndarray) -> None:
+        """Set `rows` to these counts and divisors, widening the counts' type when one does not fit."""
+        widest = max(int(counts.max()), -int(counts.min())) if counts.size else 0
+        if widest > np.iinfo(self.counts.dtype).max:
+            self.counts = self.counts.astype(np.int16 if widest < 2**15 else np.int32, order="F")
+        self.counts[rows], self.divisors[rows] = counts, divisors
+
+    def subset(self, rows: slice | np.ndarray) -> "QuarterVectors":
+        """The vectors of `rows`, kept as these are."""
+        return QuarterVectors(self.counts[rows], self.divisors[rows])
 
     @property
     def shape(self) -> tuple[int, int]:
