@@ -14,8 +14,9 @@ not timed; no parallel workers). CPU seconds: ours by
 both parts as `Index.build` makes them, also the share of system time (`os.times`: mostly page faults on
 fresh arrays). The
 run checks that every row has as many lexemes in the port's index as in PostgreSQL's tsvector. Then the
-whole `Index.build` (norms included) once without the index cache, once filling it, and twice from it: on
-the same corpus, and with every 100th document changed.
+whole `Index.build` (norms included) without the index cache, filling it, and twice from it: on the same
+corpus, and with every 100th document changed (medians of the rounds, each round in a fresh cache folder;
+`--cache-only` measures just these builds, of this checkout or of `--source`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--source", type=Path, help="measure the rqsweep sources in this folder (no cache table)")
+    parser.add_argument("--source", type=Path, help="measure the rqsweep sources in this folder")
+    parser.add_argument("--cache-only", action="store_true",
+                        help="only the whole builds with and without the index cache (no parts, no PostgreSQL)")
     args = parser.parse_args()
     import psycopg
 
@@ -80,6 +83,10 @@ def main() -> None:
             return vectors, LexicalIndex.of_parts(parsed.parts, *read)
         return index_module._embed_stored(FeatureHashEmbedder(1024), texts), LexicalIndex(texts)
     texts = [d.content for d in corpus.documents]
+    if args.cache_only:
+        print(f"{len(texts):,} chunks; rqsweep from {Path(sys.modules[LexicalIndex.__module__].__file__).parents[3]}")
+        cache_table(corpus, args.rounds)
+        return
     print(f"{len(texts):,} chunks, {sum(map(len, texts)) / len(texts):.0f} characters each on average; "
           f"rqsweep from {Path(sys.modules[LexicalIndex.__module__].__file__).parents[3]}")
     cluster = start_cluster()
@@ -123,25 +130,38 @@ def main() -> None:
     print(f"rows whose lexeme count differs from PostgreSQL's: {mismatched} of {n:,}")
     print(f"lexical + feature hash as Index.build: {n / statistics.median(built):,.0f} chunks per CPU-second "
           f"(target 15,000); of its CPU, {statistics.median(built_kernel):.2f} s in the kernel (median)")
-    if args.source:
-        return
+    cache_table(corpus, args.rounds)
+
+
+def cache_table(corpus, rounds: int) -> None:
+    """The whole `Index.build` without the index cache, filling it, and from it (unchanged, 1% changed): the
+    median CPU seconds of `rounds` rounds, each round in a fresh cache folder."""
     from rqsweep.config import Chunking
     from rqsweep.corpus import Corpus
+    from rqsweep.engine.embed import FeatureHashEmbedder
     from rqsweep.engine.index import Index
     from rqsweep.engine.index_cache import IndexCache
-    print()
-    print("| Index.build (whole chunks, feature hash 1,024-d) | CPU seconds | rows built | rows reused |")
-    print("| --- | --- | --- | --- |")
-    with tempfile.TemporaryDirectory() as folder:
-        for name, cache, docs in (("no cache", None, corpus.documents),
-                                  ("cold, filling the index cache", folder, corpus.documents),
-                                  ("rerun, unchanged corpus", folder, corpus.documents),
-                                  ("rerun, 1% of documents changed", folder, changed(corpus.documents))):
-            index_cache = IndexCache(Path(cache), "feature-hash/1024", Chunking("whole")) if cache else None
-            seconds, index = cpu_of(lambda: Index.build(Corpus(docs, ()), FeatureHashEmbedder(1024),
+    cases = (("no cache", False, corpus.documents), ("cold, filling the index cache", True, corpus.documents),
+             ("rerun, unchanged corpus", True, corpus.documents),
+             ("rerun, 1% of documents changed", True, changed(corpus.documents)))
+    seconds, counts = {name: [] for name, _, _ in cases}, {}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as folder:
+            for name, cached, docs in cases:
+                index_cache = IndexCache(Path(folder), "feature-hash/1024", Chunking("whole")) if cached else None
+                cpu, index = cpu_of(lambda: Index.build(Corpus(docs, ()), FeatureHashEmbedder(1024),
                                                         Chunking("whole"), cache=index_cache))
-            print(f"| {name} | {seconds:.2f} s | {index.rows_built:,} | {index.rows_reused:,} |")
-            del index
+                seconds[name].append(cpu)
+                counts[name] = index.rows_built, index.rows_reused
+                del index
+    print()
+    print("| Index.build (whole chunks, feature hash 1,024-d) | CPU seconds (median) | x no cache | rows built | "
+          "rows reused |")
+    print("| --- | --- | --- | --- | --- |")
+    plain = statistics.median(seconds["no cache"])
+    for name, _, _ in cases:
+        cpu = statistics.median(seconds[name])
+        print(f"| {name} | {cpu:.2f} s | {cpu / plain:.2f}x | {counts[name][0]:,} | {counts[name][1]:,} |")
 
 
 def changed(documents):
