@@ -70,8 +70,8 @@ def build(c: Corpus, cache: IndexCache | None, embedder=None) -> Index:
 
 def entry(value: float, dimensions: int = 2500) -> BuiltRows:
     """A one-row entry of float32 rows whose lexemes are one part, ("pager",)."""
-    return BuiltRows.of(np.full((1, dimensions), value, np.float32), np.ones(1, np.float32), np.ones(1, np.uint32),
-                        encode_part(("pager",)))
+    return BuiltRows.split(np.full((1, dimensions), value, np.float32), np.ones(1, np.float32), np.ones(1, np.uint32),
+                           [encode_part(("pager",))], [0, 1])[0]
 
 
 def arrays(vectors) -> list[tuple]:

@@ -97,22 +97,24 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str],
         if cached:
             new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
             cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
-        if old:
-            numbers, row_ends = _merged(found, old, numbers, row_ends)
-        lexical.add(numbers, row_ends)
+        if not len(fresh):  # every row read back: the blocks go in as they are
+            for block in old:
+                lexical.add(*block)
+        else:
+            lexical.add(*(_merged(found, old, numbers, row_ends) if old else (numbers, row_ends)))
     return vectors if quarters else vectors.finish(), lexical.finish()
 
 
 def _read_back(cached: CachedRows, groups: range, stored: StoredParts, vectors: QuarterVectors | _ColumnMajor,
                dimensions: int | None, lo: int, hi: int) -> tuple[np.ndarray, list, list[np.ndarray]]:
     """The rows of `groups` (rows lo..hi) found in the index cache, put into `vectors`: which rows of lo..hi they
-    are, their part numbers and parts per row (in blocks), and which groups they are (in blocks)."""
+    are, their part numbers and row ends (in blocks), and which groups they are (in blocks)."""
     found, old, found_groups = np.zeros(hi - lo, bool), [], []
     for rows_of, block, divisors, numbers, row_ends in cached.read(groups, stored, dimensions):
         at = cached.rows_of(rows_of)
         found[at - lo] = True
         vectors.put(_rows(at), block, divisors)
-        old.append((numbers, np.diff(row_ends, prepend=0)))
+        old.append((numbers, row_ends))
         found_groups.append(rows_of)
         del block
     return found, old, found_groups
@@ -145,9 +147,9 @@ def _texts_of(texts: Sequence[str], rows: np.ndarray) -> list[str]:
 def _merged(found: np.ndarray, old: list[tuple[np.ndarray, np.ndarray]], numbers: np.ndarray,
             row_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The part numbers and row ends of a portion's rows, in order, from its rows read back (`found`; `old`: their
-    numbers and parts per row, in blocks) and its new rows (`numbers`, `row_ends`)."""
+    numbers and row ends, in blocks) and its new rows (`numbers`, `row_ends`)."""
     per_row = np.empty(len(found), np.int64)
-    per_row[found] = np.concatenate([n for _, n in old])
+    per_row[found] = np.concatenate([np.diff(ends, prepend=0) for _, ends in old])
     per_row[~found] = np.diff(row_ends, prepend=0)
     from_old = np.repeat(found, per_row)
     merged = np.empty(len(from_old), np.int32)

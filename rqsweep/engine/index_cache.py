@@ -54,6 +54,7 @@ class BuiltRows(NamedTuple):
     (`CachedRows.read`)."""
 
     code: bytes  # the vectors' type (`_VECTOR_TYPES`): quarter counts (integers) or float32 rows
+    n_rows: int
     dimensions: int
     n_parts: int
     lengths: bytes  # uint32 per row: how many parts its lexemes are in
@@ -63,20 +64,24 @@ class BuiltRows(NamedTuple):
     parts: bytes  # every row's parts in order (`encode_part`)
 
     @classmethod
-    def of(cls, vectors: "QuarterVectors | np.ndarray", norms: np.ndarray, lengths: np.ndarray,
-           parts: bytes) -> "BuiltRows":
-        """The entry of rows whose vectors are `vectors` (as the store keeps them)."""
+    def split(cls, vectors: "QuarterVectors | np.ndarray", norms: np.ndarray, lengths: np.ndarray,
+              parts: list[bytes], bounds: list[int]) -> list["BuiltRows"]:
+        """The entries of rows `bounds[i]` to `bounds[i + 1]`: of their vectors (as the store keeps them), norms,
+        how many parts each row's lexemes are in (`lengths`) and those parts as entries store them (`parts`, every
+        row's in order). Each field is converted once for them all and sliced as bytes."""
         quarters = isinstance(vectors, QuarterVectors)
         counts = vectors.counts if quarters else vectors
         code = next(c for c, t in _VECTOR_TYPES.items() if counts.dtype == np.dtype(t))
-        return cls(code, counts.shape[1], int(lengths.sum()), np.asarray(lengths, "<u4").tobytes(),
-                   np.asarray(norms, "<f4").tobytes(),
-                   np.asarray(vectors.divisors, "<f8").tobytes() if quarters else b"",
-                   np.ascontiguousarray(counts, _VECTOR_TYPES[code]).tobytes(), parts)
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.lengths) // 4
+        dims = counts.shape[1]
+        row_bytes = _WIDTHS[code] * dims
+        raw = [np.asarray(lengths, "<u4").tobytes(), np.asarray(norms, "<f4").tobytes(),
+               np.asarray(vectors.divisors, "<f8").tobytes() if quarters else b"",
+               np.ascontiguousarray(counts, _VECTOR_TYPES[code]).tobytes()]
+        runs = np.append(0, np.cumsum(lengths, dtype=np.int64)).tolist()
+        divisor_bytes = 8 if quarters else 0
+        return [cls(code, b - a, dims, runs[b] - runs[a], raw[0][4 * a:4 * b], raw[1][4 * a:4 * b],
+                    raw[2][divisor_bytes * a:divisor_bytes * b], raw[3][row_bytes * a:row_bytes * b],
+                    b"".join(parts[runs[a]:runs[b]])) for a, b in zip(bounds, bounds[1:])]
 
     def to_bytes(self) -> bytes:
         payload = b"".join([_HEADER.pack(self.n_rows, self.dimensions, self.n_parts, self.code), self.lengths,
@@ -102,7 +107,7 @@ class BuiltRows(NamedTuple):
         if e > len(blob) or blob.count(_PART_END, e) != n_parts or (n_parts and blob[-1:] != _PART_END):
             raise ValueError("inconsistent entry")
         # Copies, not memoryviews: bytes are no work for the garbage collector (a build holds many objects).
-        return cls(code, dims, n_parts, blob[a:b], blob[b:c], blob[c:d], blob[d:e], blob[e:])
+        return cls(code, n_rows, dims, n_parts, blob[a:b], blob[b:c], blob[c:d], blob[d:e], blob[e:])
 
 
 def encode_part(part: tuple[str | None, ...]) -> bytes:
@@ -142,11 +147,11 @@ class StoredParts:
         number = self._numbers[part] = self._parsed.add(_decoded_part(part))
         return number
 
-    def encoded(self, numbers: np.ndarray) -> bytes:
-        """Parts of `parsed`, one after another, as an entry stores them."""
+    def encoded(self, numbers: np.ndarray) -> list[bytes]:
+        """Parts of `parsed` as entries store them."""
         parts = self._parsed.parts
         self._encoded.extend(map(encode_part, parts[len(self._encoded):]))
-        return b"".join(map(self._encoded.__getitem__, numbers.tolist()))
+        return list(map(self._encoded.__getitem__, numbers.tolist()))
 
 
 class CachedRows:
@@ -205,16 +210,23 @@ class CachedRows:
     def store(self, groups: np.ndarray, vectors: "QuarterVectors | np.ndarray", numbers: np.ndarray,
               ends: np.ndarray, parts: StoredParts) -> None:
         """Store the rows of `groups` (ascending): their vectors as the store keeps them, and their parts
-        (`RunCache.parts_of`'s numbers and row ends), computing their norms."""
+        (`RunCache.parts_of`'s numbers and row ends), computing their norms; `_LOOKUP` rows at a time, so the
+        entries' bytes are a block's."""
         if not len(groups):
             return
         norms = self.norms[self.rows_of(groups)] = squared_norms(vectors)
-        bounds = np.append(0, np.cumsum(self.ends[groups] - self.starts[groups])).tolist()
-        run_bounds = np.append(0, ends).tolist()
-        self.cache.store({self.keys[g]: BuiltRows.of(
-            vectors[a:b] if isinstance(vectors, np.ndarray) else vectors.subset(slice(a, b)), norms[a:b],
-            np.diff(ends[a:b], prepend=run_bounds[a]), parts.encoded(numbers[run_bounds[a]:run_bounds[b]]))
-            for g, a, b in zip(groups.tolist(), bounds[:-1], bounds[1:])})
+        lengths = np.diff(ends, prepend=0)
+        bounds = np.append(0, np.cumsum(self.ends[groups] - self.starts[groups]))
+        lo = 0
+        while lo < len(groups):
+            hi = max(lo + 1, int(np.searchsorted(bounds, bounds[lo] + _LOOKUP, "right")) - 1)
+            a, b = int(bounds[lo]), int(bounds[hi])
+            runs = slice(int(ends[a - 1]) if a else 0, int(ends[b - 1]) if b else 0)
+            block = vectors[a:b] if isinstance(vectors, np.ndarray) else vectors.subset(slice(a, b))
+            built = BuiltRows.split(block, norms[a:b], lengths[a:b], parts.encoded(numbers[runs]),
+                                    (bounds[lo:hi + 1] - a).tolist())
+            self.cache.store(dict(zip((self.keys[g] for g in groups[lo:hi].tolist()), built)))
+            lo = hi
 
 
 def _consistent(entries: list[BuiltRows], lengths: np.ndarray) -> np.ndarray:
@@ -264,8 +276,8 @@ class IndexCache:
             with closing(connect_wal(self.path)) as conn:
                 for lo in range(0, len(keys), _LOOKUP):
                     wanted = keys[lo:lo + _LOOKUP]
-                    query = f"SELECT key, rows FROM built WHERE key IN ({','.join('?' * len(wanted))})"
-                    for key, blob in conn.execute(query, wanted):
+                    for key, blob in conn.execute(f"SELECT key, rows FROM built WHERE key IN ({_marks(wanted)})",
+                                                  wanted):
                         try:
                             entry = BuiltRows.from_bytes(blob)
                         except ValueError as exc:
@@ -273,8 +285,11 @@ class IndexCache:
                             continue
                         read.append(key)
                         yield key, entry
-                with conn:
-                    conn.executemany("UPDATE used SET at = ? WHERE key = ?", [(_now(), key) for key in read])
+                with conn:  # one use time for them all (ties go by key): one statement per block of keys
+                    at = _now()
+                    for lo in range(0, len(read), _LOOKUP):
+                        used = read[lo:lo + _LOOKUP]
+                        conn.execute(f"UPDATE used SET at = ? WHERE key IN ({_marks(used)})", [at, *used])
         except sqlite3.DatabaseError as exc:
             self._set_aside(exc)
             self._create()
@@ -326,6 +341,11 @@ class IndexCache:
         for suffix in ("-wal", "-shm"):
             self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
         self.path.replace(aside)
+
+
+def _marks(values: list) -> str:
+    """SQL parameters for `values`, comma-separated."""
+    return ",".join("?" * len(values))
 
 
 def _now() -> int:
