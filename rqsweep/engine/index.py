@@ -86,6 +86,14 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str],
         portion = _texts_of(texts, fresh)
         runs = split_runs(portion) if portion else None
         numbers, row_ends = parsed.parts_of(portion, runs)
+        # The lexical builder first: a segment's build (the build's peak) then runs before the new rows' vectors
+        # take their memory, as in a build without the cache.
+        if not len(fresh):  # every row read back: the blocks go in as they are
+            for block in old:
+                lexical.add(*block)
+        else:
+            lexical.add(*(_merged(found, old, numbers, row_ends) if old else (numbers, row_ends)))
+        del old
         if quarters and portion:
             at = 0
             for counts, divisors in embedder.quarter_blocks(portion, runs):
@@ -97,11 +105,6 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str],
         if cached:
             new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
             cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
-        if not len(fresh):  # every row read back: the blocks go in as they are
-            for block in old:
-                lexical.add(*block)
-        else:
-            lexical.add(*(_merged(found, old, numbers, row_ends) if old else (numbers, row_ends)))
     return vectors if quarters else vectors.finish(), lexical.finish()
 
 
