@@ -219,6 +219,24 @@ def test_an_entry_whose_rows_do_not_add_up_is_rebuilt_with_a_warning(tmp_path):
     assert_same_index(rebuilt, build(c, None))
 
 
+def test_a_rerun_reads_the_texts_of_new_rows_only(tmp_path, monkeypatch):
+    """A build from the cache reads back the rows it finds and reads no chunk text of theirs: only the changed
+    documents' chunks are read (for the lexical index and the feature hash alike)."""
+    from rqsweep.engine import index as engine_index
+    read, texts_of = [], engine_index._texts_of
+    monkeypatch.setattr(engine_index, "_texts_of", lambda texts, rows: read.extend(texts_of(texts, rows)) or
+                        texts_of(texts, rows))
+    c = corpus(60)
+    build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    read.clear()
+    build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    assert read == []
+    docs = list(c.documents)
+    docs[7] = replace(docs[7], content=docs[7].content + " rotation changed")
+    build(Corpus(tuple(docs), c.memories), IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    assert read == [chunk.content for chunk in chunk_document(docs[7], CHUNKING)]
+
+
 def test_filling_the_cache_parses_new_texts_once(tmp_path, monkeypatch):
     """The first run reads its texts as a build without the cache does (each distinct run parsed once, the lexical
     index built from those parts, not from lexemes read back); a rerun parses nothing, each distinct stored part

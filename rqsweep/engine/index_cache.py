@@ -42,7 +42,8 @@ _MAGIC, _CRC, _HEADER = b"RQX2", struct.Struct("<I"), struct.Struct("<IIIc")  # 
 _VECTOR_TYPES = {b"b": "<i1", b"h": "<i2", b"i": "<i4", b"f": "<f4"}  # quarter counts, or float32 rows
 _WIDTHS = {code: np.dtype(t).itemsize for code, t in _VECTOR_TYPES.items()}
 _START = len(_MAGIC) + _CRC.size  # where the header begins
-_LOOKUP = 8192  # keys per SELECT, under SQLite's bound-parameter limit (32,766)
+_LOOKUP = 8192  # entries a build reads back or stores at a time (about 16 MB of them); keys per SELECT, under
+# SQLite's bound-parameter limit (32,766)
 # Within a part, each lexeme is followed by \x01, a lexeme too long to keep (None) is \x02; each part by \0.
 # None of them can be inside a lexeme: control characters are blanks to the parser.
 _LEXEME_END, _TOO_LONG, _PART_END = "\x01", "\x02", b"\0"
