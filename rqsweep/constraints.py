@@ -48,15 +48,16 @@ class SliceMeans:
                    metrics: Sequence[str]) -> SliceMeans:
         """From `metrics.slice_metrics` rows (one per setting and slice, `overall` included)."""
         settings, slices = list(settings), [*slices, OVERALL]
-        order = pl.DataFrame({"setting_id": settings})
+        # One join for every slice: each row lands in its (setting, slice) cell; a cell without one stays NaN.
+        rows = per_slice.join(pl.DataFrame({"setting_id": settings, "_at": np.arange(len(settings))}),
+                              on="setting_id").filter(pl.col("slice").is_in(slices))
+        at = rows["_at"].to_numpy()
+        slice_at = rows["slice"].replace_strict({s: n for n, s in enumerate(slices)}, return_dtype=pl.Int64).to_numpy()
         values = np.full((len(settings), len(slices), len(metrics)), np.nan)
+        values[at, slice_at, :] = rows.select(pl.col(m).cast(pl.Float64) for m in metrics).to_numpy()
         errors = np.zeros(len(settings), np.int64)
-        for n, s in enumerate(slices):
-            rows = order.join(per_slice.filter(pl.col("slice") == s), on="setting_id", how="left",
-                              maintain_order="left")
-            values[:, n, :] = rows.select(pl.col(m).cast(pl.Float64) for m in metrics).to_numpy()
-            if s == OVERALL:
-                errors = rows["errors"].fill_null(0).to_numpy().astype(np.int64)
+        overall = slice_at == len(slices) - 1
+        errors[at[overall]] = rows["errors"].fill_null(0).to_numpy()[overall]
         return cls(settings, slices, list(metrics), values, errors)
 
     def value(self, setting: str, slice_: str, metric: str) -> float | None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep import job, metrics
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.config import Constraint
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from tests.finished_runs import assert_knob_columns_match_ids
 from tests.minijob import write_job
@@ -98,3 +100,28 @@ def test_a_run_whose_knob_ranges_overlap_writes_each_knob_under_its_own_name(tmp
     assert_knob_columns_match_ids(outcome.run_dir)
     report = (outcome.run_dir / "report.md").read_text()
     assert Knobs.from_id(outcome.best or outcome.baseline).label() in report
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.data())
+def test_slice_means_put_each_row_in_its_cell_and_leave_a_cell_without_one_empty(data):
+    """Rows in any order, some cells missing, rows of settings and slices outside the means, null metrics: each
+    cell holds its row's values (NaN for a null or a missing row), errors come from the overall row (0 without)."""
+    order = data.draw(st.lists(st.sampled_from([BASELINE, OTHER, THIRD, "k2_moff_h0.0"]), unique=True, min_size=1))
+    slices = data.draw(st.lists(st.sampled_from(["a", "b", "c"]), unique=True, min_size=1))
+    value = st.none() | st.sampled_from([0.0, 0.25, 1 / 3, 1.0])
+    cells = data.draw(st.lists(st.tuples(st.sampled_from([*order, "k9_moff_h0.0"]),
+                                         st.sampled_from([*slices, OVERALL, "z"])), unique=True))
+    rows = [{"setting_id": sid, "slice": s, "mrr": data.draw(value), "recall_at_10": data.draw(value),
+             "errors": data.draw(st.integers(0, 3))} for sid, s in cells]
+    frame = pl.DataFrame(rows, schema={"setting_id": pl.String, "slice": pl.String, "mrr": pl.Float64,
+                                       "recall_at_10": pl.Float64, "errors": pl.Int64})
+    means = SliceMeans.from_frame(frame, order, slices, ["recall_at_10", "mrr"])
+    at = {(r["setting_id"], r["slice"]): r for r in rows}
+    for i, sid in enumerate(order):
+        for n, s in enumerate([*slices, OVERALL]):
+            row = at.get((sid, s), {})
+            expected = [np.nan if row.get(m) is None else row[m] for m in ("recall_at_10", "mrr")]
+            assert np.array_equal(means.values[i, n], expected, equal_nan=True)
+        assert means.errors[i] == at.get((sid, OVERALL), {}).get("errors", 0)
+    assert means.errors.dtype == np.int64 and means.values.shape == (len(order), len(slices) + 1, 2)
