@@ -73,7 +73,15 @@ def constraint_values(means: SliceMeans, baseline: str, constraints: Sequence[Co
 
     A slice without a successful search violates every constraint on it: nothing shows it is safe.
     """
-    keys, columns = [], []
+    checks = constraint_checks(means, baseline, constraints, slices)
+    keys = [constraint_key(c, s) for c, s, _ in checks]
+    return keys, np.column_stack([v for _, _, v in checks]) if checks else np.zeros((len(means.settings), 0))
+
+
+def constraint_checks(means: SliceMeans, baseline: str, constraints: Sequence[Constraint],
+                      slices: Sequence[str]) -> list[tuple[Constraint, str, np.ndarray]]:
+    """`constraint_values`' columns, each with its constraint and slice."""
+    checks = []
     base = means.settings.index(baseline)
     for c in constraints:
         m = means.metrics.index(c.metric)
@@ -83,9 +91,8 @@ def constraint_values(means: SliceMeans, baseline: str, constraints: Sequence[Co
                 column = c.min - value - _SLACK
             else:
                 column = means.values[base, means.slices.index(s), m] - value - c.max_drop - _SLACK
-            keys.append(constraint_key(c, s))
-            columns.append(np.where(np.isnan(value), 1.0, column))
-    return keys, np.column_stack(columns) if columns else np.zeros((len(means.settings), 0))
+            checks.append((c, s, np.where(np.isnan(value), 1.0, column)))
+    return checks
 
 
 @dataclass(frozen=True)
@@ -125,13 +132,19 @@ def choose_best(means: SliceMeans, baseline: str, objective: tuple[str, str], co
     violated = np.column_stack([means.errors > 0, values > 0])  # NaN > 0 is False: unchecked is met
     metric, objective_slice = objective
     score = means.values[:, means.slices.index(objective_slice), means.metrics.index(metric)]
-    candidates = ~violated.any(axis=1) & ~np.isnan(score)
-    best = None
-    if candidates.any():
-        top = np.flatnonzero(candidates & (score == score[candidates].max()))
-        base = means.settings.index(baseline)
-        best = means.settings[base if base in top else top[0]]
+    best = best_feasible(means.settings, baseline, score, ~violated.any(axis=1))
     return Verdicts([INCOMPLETE, *keys], violated, best)
+
+
+def best_feasible(settings: list[str], baseline: str, score: np.ndarray, feasible: np.ndarray) -> str | None:
+    """`choose_best`'s pick among the `feasible` settings by their (settings,) `score`: the highest wins, the
+    baseline wins a tie, else the earlier setting; a NaN score cannot win."""
+    candidates = feasible & ~np.isnan(score)
+    if not candidates.any():
+        return None
+    top = np.flatnonzero(candidates & (score == score[candidates].max()))
+    base = settings.index(baseline)
+    return settings[base if base in top else top[0]]
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep.config import Constraint, Validation
+from rqsweep.constraints import choose_best
 from rqsweep.golden import OVERALL
-from rqsweep.routing import Route, route
-from rqsweep.validation import FoldSums, assign_folds
+from rqsweep.routing import Route, _Chooser, _fold_sum, route
+from rqsweep.validation import FoldSums, Rule, assign_folds
 from tests.test_validation import fold_members, golden, per_query
 
 B, S, X, N = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0", "k5_moff_h0.0"
@@ -203,3 +207,66 @@ def test_a_slice_whose_own_best_only_ties_the_global_setting_stays_on_it_unguard
     routing = routing_of(per_query(queries, {B: {"mrr": base}, X: {"mrr": t}, S: {"mrr": g}}))
     assert routing.global_setting == S
     assert routing.routes["s"] == Route(S, S, False, 0, 0, None)
+
+
+def reference_choice(sums: FoldSums, folds: tuple[int, ...], baseline: str, objective, constraints):
+    """The choices on a part of the folds as the rule states them: `choose_best` on the fold sums of every metric,
+    once for the global setting and once per slice with the constraints covering it."""
+    total, successes, failures = sums.arrays()
+    f = list(folds)
+    rule = Rule(sums.settings, baseline, objective, constraints, sums.slices, sums.metrics)
+    means = rule.means(total[:, :, f].sum(axis=2), successes[:, f].sum(axis=1), failures[:, f].sum(axis=1))
+    checked = [s for s, n in zip(sums.slices, sums.members[f].sum(axis=0)) if n]
+    chosen = choose_best(means, baseline, objective, constraints, checked).best or baseline
+    own = {}
+    for s in checked:
+        covering = [c for c in constraints if c.slice in ("*", s)]
+        best = choose_best(means, baseline, (objective[0], s), covering, [s]).best
+        at_global = means.value(chosen, s, objective[0])
+        beats = best is not None and means.value(best, s, objective[0]) > (-np.inf if at_global is None else at_global)
+        own[s] = best if beats else chosen
+    return chosen, own
+
+
+CONSTRAINTS = [Constraint("mrr", "*", max_drop=0.1), Constraint("recall_at_10", "*", min=0.5),
+               Constraint("recall_at_10", "a", max_drop=0.0), Constraint("mrr", "b", min=0.4),
+               Constraint("mrr", OVERALL, min=0.3)]
+
+
+@hsettings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_choices_on_any_part_of_the_folds_are_the_rules(data):
+    """Few values (ties everywhere), failed searches, a slice too small for some folds, constraints on every slice,
+    on one slice and on overall: the chooser's global and per-slice choices equal `choose_best`'s on every part of
+    the folds, the empty part included."""
+    sizes = data.draw(st.dictionaries(st.sampled_from("abc"), st.integers(1, 6), min_size=1))
+    queries = golden(sizes)
+    order = [B, *data.draw(st.lists(st.sampled_from([S, X, N, "k2_moff_h0.0", "k3_m0.5_h7.0"]), unique=True,
+                                    min_size=1, max_size=4))]
+    value = st.sampled_from([0.0, 0.25, 1 / 3, 0.5, 0.7, 1.0])
+    values = {sid: {m: {q: data.draw(st.none() if data.draw(st.integers(0, 9)) == 0 else value) for q in
+                        queries["query_id"]} for m in ("mrr", "recall_at_10")} for sid in order}
+    rows = per_query(queries, values)
+    constraints = data.draw(st.lists(st.sampled_from([c for c in CONSTRAINTS if c.slice in (*sizes, "*", OVERALL)]),
+                                     unique=True, max_size=3))
+    objective = ("mrr", data.draw(st.sampled_from([OVERALL, *sizes])))
+    slices = sorted(sizes)
+    sums = FoldSums(queries, slices, ["recall_at_5", "mrr", "recall_at_10"], Validation(data.draw(
+        st.integers(2, 6)), 0), len(order))
+    sums.add(rows.with_columns(pl.col("mrr").alias("recall_at_5")))
+    chooser = _Chooser(sums, B, objective, constraints)
+    for r in range(sums.folds + 1):
+        for folds in itertools.combinations(range(sums.folds), r):
+            assert chooser.choose(folds) == reference_choice(sums, folds, B, objective, constraints)
+
+
+@hsettings(max_examples=100, deadline=None)
+@given(st.integers(1, 3), st.integers(2, 40), st.integers(2, 10), st.integers(1, 5), st.data())
+def test_a_sum_over_some_folds_has_the_bits_of_numpys_sum_over_them(metrics, settings, folds, slices, data):
+    """For two settings or more. A lone setting with one metric and one slice can differ past 7 folds (numpy
+    then adds in pairs), and its choices do not depend on its sums: it is the only candidate."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    total = rng.random((metrics, settings, folds, slices)) * rng.integers(1, 50, (metrics, settings, folds, slices))
+    part = tuple(sorted(data.draw(st.sets(st.integers(0, folds - 1)))))
+    summed = _fold_sum(np.ascontiguousarray(np.moveaxis(total, 2, 0)), part)
+    assert np.array_equal(summed.view(np.int64), total[:, :, list(part)].sum(axis=2).view(np.int64))
