@@ -224,9 +224,10 @@ def test_the_heatmap_hatches_cells_without_a_feasible_setting(tmp_path):
     image = ax.images[0].get_array()  # rows rrf_k (5, 60), columns half-life (0, 30)
     assert image.mask.tolist() == [[False, False], [False, True]]
     assert image.data[0].tolist() == [0.33, 0.705] and image.data[1][0] == 0.49
-    (hatched,) = [c for c in ax.collections if c.get_hatch()]
-    cells = [tuple(path.vertices.min(axis=0)) for path in hatched.get_paths()]
-    assert cells == [(0.5, 0.5)]  # the cell at column 1, row 1, and only it
+    (hatched,) = [p for p in ax.patches if p.get_hatch()]
+    corners = hatched.get_path().vertices
+    assert corners.min(axis=0).tolist() == [0.5, 0.5] and corners.max(axis=0).tolist() == [1.5, 1.5]
+    assert len(corners) == 5  # the cell at column 1, row 1, and only it
     assert hatched.get_label() == "no feasible setting"
     boxed = [p for p in ax.patches if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)]
     assert [(p.get_x(), p.get_y()) for p in boxed] == [(0.5, -0.5)]  # the best: rrf_k 5, half-life 30

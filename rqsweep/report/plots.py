@@ -11,9 +11,9 @@ import io
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
-from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import PathPatch, Rectangle
+from matplotlib.path import Path
 from matplotlib.ticker import FixedLocator, FuncFormatter
 
 from rqsweep.golden import OVERALL
@@ -72,10 +72,7 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto", origin="lower")
     fig.colorbar(image, ax=ax, label=f"best feasible {label}")
-    # Every hatched cell in one artist: a grid of thousands of cells draws in a second, not in minutes.
-    hatched = np.ma.masked_where(~(evaluated & np.isnan(values)), np.ones(values.shape))
-    ax.pcolor(np.arange(len(hs) + 1) - 0.5, np.arange(len(ks) + 1) - 0.5, hatched, cmap=ListedColormap(["0.88"]),
-              hatch="///", edgecolor="0.6", linewidth=0, label=INFEASIBLE_CELL)
+    ax.add_patch(_hatched(*np.nonzero(evaluated & np.isnan(values))))
     ax.set_xticks(range(len(hs)), [knob_label(HALF_LIFE, h) for h in hs], rotation=45)
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel(HALF_LIFE)
@@ -92,6 +89,17 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
                  f"in each cell: that {label} @ the min_similarity giving it; red box: the best setting",
                  fontsize=10)
     return fig
+
+
+def _hatched(rows: np.ndarray, columns: np.ndarray) -> PathPatch:
+    """The cells at (`rows`, `columns`), hatched grey, as one path: Agg then fills the hatch once, where a collection
+    of cells fills it cell by cell (2,247 cells of a 50 x 50 grid: 1.0 s of the heatmap's 1.1) and leaves faint
+    seams between them."""
+    corners = np.array([(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5), (-0.5, -0.5)])
+    vertices = (np.stack([columns, rows], axis=1)[:, None, :] + corners).reshape(-1, 2)
+    codes = np.tile([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], len(rows))
+    return PathPatch(Path(vertices, codes), facecolor="0.88", edgecolor="0.6", hatch="///", linewidth=0,
+                     label=INFEASIBLE_CELL)
 
 
 def _box(x: float, y: float) -> Rectangle:
