@@ -117,6 +117,10 @@ class RunFolder:
 
     def overall(self) -> pl.DataFrame:
         """One row per setting: its `overall` slice row, in evaluation order."""
+        return self._overall
+
+    @cached_property
+    def _overall(self) -> pl.DataFrame:  # the report asks five times: at 100,000 settings a filter and sort each
         return self.grid.filter(pl.col("slice") == OVERALL).sort("evaluation_order")
 
     def scan(self, table: str) -> pl.LazyFrame | None:
