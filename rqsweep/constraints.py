@@ -48,16 +48,18 @@ class SliceMeans:
                    metrics: Sequence[str]) -> SliceMeans:
         """From `metrics.slice_metrics` rows (one per setting and slice, `overall` included)."""
         settings, slices = list(settings), [*slices, OVERALL]
-        # One join for every slice: each row lands in its (setting, slice) cell; a cell without one stays NaN.
-        rows = per_slice.join(pl.DataFrame({"setting_id": settings, "_at": np.arange(len(settings))}),
-                              on="setting_id").filter(pl.col("slice").is_in(slices))
-        at = rows["_at"].to_numpy()
-        slice_at = rows["slice"].replace_strict({s: n for n, s in enumerate(slices)}, return_dtype=pl.Int64).to_numpy()
+        # Every slice at once: each row lands in its (setting, slice) cell; a cell without one stays NaN.
+        rows = (per_slice.lazy().filter(pl.col("slice").is_in(slices)).select(
+            pl.col("setting_id").replace_strict(settings, range(len(settings)), default=None, return_dtype=pl.Int64),
+            pl.col("slice").replace_strict(slices, range(len(slices)), return_dtype=pl.Int64),
+            *(pl.col(m).cast(pl.Float64) for m in metrics), pl.col("errors").fill_null(0))
+            .drop_nulls("setting_id").collect())
+        at, slice_at = rows["setting_id"].to_numpy(), rows["slice"].to_numpy()
         values = np.full((len(settings), len(slices), len(metrics)), np.nan)
-        values[at, slice_at, :] = rows.select(pl.col(m).cast(pl.Float64) for m in metrics).to_numpy()
+        values[at, slice_at, :] = rows.select(metrics).to_numpy()
         errors = np.zeros(len(settings), np.int64)
         overall = slice_at == len(slices) - 1
-        errors[at[overall]] = rows["errors"].fill_null(0).to_numpy()[overall]
+        errors[at[overall]] = rows["errors"].to_numpy()[overall]
         return cls(settings, slices, list(metrics), values, errors)
 
     def value(self, setting: str, slice_: str, metric: str) -> float | None:
