@@ -72,7 +72,8 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto", origin="lower")
     fig.colorbar(image, ax=ax, label=f"best feasible {label}")
-    ax.add_patch(_hatched(*np.nonzero(evaluated & np.isnan(values))))
+    # Not `add_patch`: its data limits walk the path segment by segment, and the image has set them already.
+    ax.add_artist(_hatched(*np.nonzero(evaluated & np.isnan(values))))
     ax.set_xticks(range(len(hs)), [knob_label(HALF_LIFE, h) for h in hs], rotation=45)
     ax.set_yticks(range(len(ks)), [str(k) for k in ks])
     ax.set_xlabel(HALF_LIFE)
