@@ -12,7 +12,6 @@ from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS, blends
 from rqsweep.noise import SliceNoise
-from rqsweep.report import plots
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
@@ -122,6 +121,9 @@ def _knobs(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
 
 
 def _plots(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
+    # matplotlib costs 33 MB of RSS: imported when a report is drawn, not while a job holds its index.
+    from rqsweep.report import plots
+
     blocks: list[Block] = [Heading("Plots")]
     label = plots.objective_label(run)
     if run.strategy == "optimize":
