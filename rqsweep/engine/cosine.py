@@ -256,15 +256,14 @@ class _Estimates:
     def start(self, queries: np.ndarray) -> None:
         """A new block: its dense queries' dots in one float32 matrix product."""
         self.queries = queries
+        self.dense_dots = None  # the last block's go before these are made: 32 MB each at a million rows
         self.query_norms = _pg_dot(queries, queries)
         self.nonzero = np.count_nonzero(queries, axis=1)
         dense = np.flatnonzero(self.nonzero > self.matrix.shape[1] // _SPARSE_SHARE)
         with np.errstate(over="ignore", invalid="ignore"):  # only outliers overflow, and they are set aside
-            if not len(dense):
-                self.dense_dots = None
-            elif isinstance(self.matrix, QuarterVectors):
+            if len(dense) and isinstance(self.matrix, QuarterVectors):
                 self.dense_dots = self.matrix.count_products(queries[dense])
-            else:
+            elif len(dense):
                 self.dense_dots = queries[dense] @ self.matrix.T
         self.dense_row = {int(q): r for r, q in enumerate(dense)}
 
