@@ -237,9 +237,10 @@ def _corpus(n: int) -> Corpus:
     return Corpus(documents, memories)
 
 
-def test_the_index_is_the_one_built_from_texts_in_memory(small_portions):
+@pytest.mark.parametrize("chunking", [Chunking("size", 30, 5), Chunking("whole")])  # whole: one chunk a document
+def test_the_index_is_the_one_built_from_texts_in_memory(small_portions, chunking):
     """Every store's rows, vectors and postings, as chunk_document's chunks and plain lists of texts give them."""
-    corpus, chunking, now = _corpus(40), Chunking("size", 30, 5), datetime(2026, 12, 1, tzinfo=timezone.utc)
+    corpus, now = _corpus(40), datetime(2026, 12, 1, tzinfo=timezone.utc)
     embedder = FeatureHashEmbedder(64)
     index = Index.build(corpus, embedder, chunking, now=now)
     chunks = [(d, c) for d in corpus.documents for c in chunk_document(d, chunking)]

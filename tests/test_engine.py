@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rqsweep.corpus import Chunk, Chunking, Corpus, Document, Memory, chunk_document
+from rqsweep.corpus import Chunk, Chunking, Corpus, Document, Memory, chunk_document, chunk_id
 from rqsweep.engine.batch import SettingsBatch, expected_positions
 from rqsweep.engine.embed import FeatureHashEmbedder
-from rqsweep.engine.index import Catalog, Index, Rows, clamp_limit
+from rqsweep.engine import index as index_module
+from rqsweep.engine.index import Catalog, ChunkIds, Index, Rows, clamp_limit
 from rqsweep.scope import Scope
 from rqsweep.knobs import KnobError, Knobs
 
@@ -150,14 +152,65 @@ def test_batch_ranks_equal_search_for_many_settings(index):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.sampled_from(["a", "b", "ab", "é", "a\ud800", "\U0001f600", ""]), max_size=12),
        st.lists(st.sampled_from(["m", "b", "a\udc00"]), max_size=5, unique=True),
-       st.lists(st.sampled_from(["a", "b", "ab", "é", "a\ud800", "a\udc00", "m", "zz", ""]), max_size=6))
-def test_expected_rows_are_every_row_of_the_key(document_keys, memory_keys, wanted):
+       st.lists(st.sampled_from(["a", "b", "ab", "é", "a\ud800", "a\udc00", "m", "zz", ""]), max_size=6),
+       st.integers(1, 4))
+def test_expected_rows_are_every_row_of_the_key(document_keys, memory_keys, wanted, keys_at_once):
     """Each wanted key's rows in both tables, keys repeated (a document's chunks), shared between the tables,
-    missing, empty or holding lone surrogates: what a scan of every row finds."""
+    missing, empty or holding lone surrogates, encoded a few at a time: what a scan of every row finds."""
     def rows(keys):
         return Rows("x", list(keys), list(keys), [""] * len(keys), [{}] * len(keys), [""] * len(keys),
                     np.zeros(len(keys), np.int64))
-    catalog = Catalog(rows(document_keys), rows(memory_keys), FeatureHashEmbedder(8), datetime.now(timezone.utc))
+    with mock.patch.object(index_module, "_KEYS_AT_ONCE", keys_at_once):
+        catalog = Catalog(rows(document_keys), rows(memory_keys), FeatureHashEmbedder(8), datetime.now(timezone.utc))
     scan = [{(kind, row) for kind, keys in (("document", document_keys), ("memory", memory_keys))
              for row, key in enumerate(keys) if key == k} for k in wanted]
     assert catalog.expected_rows(wanted) == scan
+
+
+SETTINGS = [Knobs(k, f, h) for k in (1, 60) for f in (None, 0.3) for h in (0, 30)]
+QUERIES = ["beta pager number", "alpha", "delta", "unrelated beta"]
+
+
+def test_an_index_without_postings_ranks_candidates_as_the_index_does(index):
+    bare = index.without_postings()
+    assert [s.lexical for s in bare.stores.values()] == [None, None]
+    assert all(s.lexical is not None for s in index.stores.values())  # the index itself keeps them
+    for query in QUERIES:
+        vector = index.embed_queries([query])[0]
+        candidates = index.candidates(query, 10, query_vector=vector)
+        for knobs in SETTINGS:
+            assert bare.results(candidates, vector, knobs, 10) == index.search(query, knobs, 10), (query, knobs)
+
+
+def test_the_embedded_backend_lets_the_postings_go_once_its_candidates_are_extracted(index):
+    from pathlib import Path
+
+    from rqsweep.backends.embedded import EmbeddedBackend
+    from rqsweep.golden import Expected, GoldenQuery, GoldenSet
+
+    golden = GoldenSet(Path("golden.json"), "", tuple(GoldenQuery(f"q{i}", "s", query, (Expected("memory", "mem-new"),))
+                                                      for i, query in enumerate(QUERIES)), None, ())
+    backend = EmbeddedBackend(index, golden, 10, Scope())
+    assert [s.lexical for s in backend.index.stores.values()] == [None, None]
+    for knobs in SETTINGS:
+        ranked = backend.ranked(knobs)
+        for i, query in enumerate(QUERIES):
+            assert [(h.key, h.chunk, h.score, h.vector, h.lexical, h.similarity_score, h.blend_factor)
+                    for h in ranked[f"q{i}"]] == \
+                [(r.key, r.chunk_id, r.score, r.signals.get("vector"), r.signals.get("lexical"), r.similarity_score,
+                  r.recency_factor) for r in index.search(query, knobs, 10)], (query, knobs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b#1", "é", "a\ud800", ""]), st.integers(0, 3)), max_size=8))
+def test_chunk_ids_are_made_as_a_list_of_them_would_hold_them(documents):
+    """Documents without chunks among them (first, last, in a row): each row's id, from either end, and slices."""
+    keys, counts = [k for k, _ in documents], np.array([n for _, n in documents], np.int64)
+    ids = ChunkIds(keys, counts)
+    want = [chunk_id(k, i) for k, n in documents for i in range(n)]
+    assert len(ids) == len(want) and ids == want
+    assert [ids[i] for i in range(-len(want), len(want))] == want + want
+    assert ids[1:-1] == want[1:-1]
+    for outside in (len(want), -len(want) - 1):
+        with pytest.raises(IndexError):
+            ids[outside]

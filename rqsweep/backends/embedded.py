@@ -24,6 +24,7 @@ from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
 from rqsweep.engine.embed.local import installed_models, resolve_model
+from rqsweep.engine.heap import release_freed
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
 from rqsweep.errors import InputError
@@ -82,6 +83,8 @@ class EmbeddedBackend:
         else:
             self.plans, self.alternates, self._candidates = plan_queries(self.index, queries, self.vectors,
                                                                          self.limit, self.scope, extracting, blocks)
+            # Every search is made: ranked lists re-fuse these candidates, so the postings can go.
+            self.index = self.index.without_postings()
             self._stacks: dict[int, list[BothOrders]] = {}
 
     @property
@@ -206,6 +209,8 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     blocks = CandidateBlocks(run_dir, described(index.embedder))
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
                               advance=advance, extracting=extracting, blocks=blocks)
+    index = backend.index  # without its postings: they are freed here, and their pages handed back
+    release_freed()
     reused = (f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if engine.cache_dir
               else "")
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -12,11 +13,13 @@ import polars as pl
 
 from rqsweep.config import Chunking
 from rqsweep.corpus import Corpus, chunk_contents, chunk_id, memory_updated_at
+from rqsweep.corpus.texts import sequence_equal
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
+from rqsweep.engine.heap import release_freed
 from rqsweep.engine.index_cache import CachedRows, IndexCache, StoredParts
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.quarter_vectors import QuarterVectors
@@ -29,8 +32,9 @@ from rqsweep.knobs import Knobs
 from rqsweep.scope import Scope
 
 DEFAULT_LIMIT, MAX_LIMIT = 10, 100
-_EMBED_PORTION = 16_384  # texts a model embeds at a time: their float32 rows are held at once
+_EMBED_PORTION = 8_192  # texts a model embeds at a time: their float32 rows are held at once (12.6 MB at 384-d)
 _CUT_PORTION = 65_536  # texts cut into runs at a time for the feature hash, which holds no such rows
+_KEYS_AT_ONCE = 65_536  # keys encoded to bytes at a time for the catalog's sorted keys
 
 
 def clamp_limit(limit: object) -> int:
@@ -166,12 +170,37 @@ def tags_contain(row_tags: Mapping[str, str], wanted: Mapping[str, str]) -> bool
     return all(row_tags.get(k) == v for k, v in wanted.items())
 
 
+class ChunkIds(Sequence):
+    """The ids of a table's chunks (`chunk_id`), each made when read: a million held as strings take 60 MB."""
+
+    def __init__(self, document_keys: Sequence[str], counts: np.ndarray):
+        self._keys = document_keys
+        self._starts = np.cumsum(counts) - counts  # each document's first chunk
+        self._n = int(counts.sum())
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, row):
+        if isinstance(row, slice):
+            return [self[i] for i in range(*row.indices(self._n))]
+        if not -self._n <= row < self._n:
+            raise IndexError(row)
+        row %= self._n
+        # The last document starting at or before the row: documents without chunks start where the next one does.
+        d = int(np.searchsorted(self._starts, row, "right")) - 1
+        return chunk_id(self._keys[d], row - int(self._starts[d]))
+
+    __eq__ = sequence_equal
+    __hash__ = None
+
+
 @dataclass
 class Rows:
     """One table's rows in physical (insertion) order: what identifies them, without vectors or postings."""
 
     source_type: str
-    ids: list[str]  # chunk ids or memory keys: the identity RRF fuses on
+    ids: Sequence[str]  # chunk ids (`ChunkIds`) or memory keys: the identity RRF fuses on
     keys: list[str]  # the document key of a chunk, or the memory key
     contents: Sequence[str]  # a `Texts` file as built: read back a portion at a time, or a row for a result
     tags: list[Mapping[str, str]]
@@ -185,11 +214,14 @@ def table_rows(corpus: Corpus, chunking: Chunking, now: datetime) -> tuple[Rows,
     now_ms = round(now.timestamp() * 1000)
     counts, contents = chunk_contents(corpus.documents, chunking)
     columns = corpus.documents.columns
-    per_chunk = np.repeat(np.arange(len(counts)), counts).tolist()
-    ids = [chunk_id(columns["key"][d], i) for d, n in enumerate(counts.tolist()) for i in range(n)]
-    documents = Rows("document", ids,
-                     [columns["key"][d] for d in per_chunk], contents, [columns["tags"][d] for d in per_chunk],
-                     [columns["path"][d] for d in per_chunk], np.full(len(contents), now_ms, np.int64))
+    if (counts == 1).all():  # one chunk a document (`whole` chunking, or short documents): the documents' columns
+        keys, tags, paths = columns["key"], columns["tags"], columns["path"]
+    else:
+        per_chunk = np.repeat(np.arange(len(counts)), counts).tolist()
+        keys, tags, paths = ([column[d] for d in per_chunk] for column in (columns["key"], columns["tags"],
+                                                                          columns["path"]))
+    documents = Rows("document", ChunkIds(columns["key"], counts), keys, contents, tags, paths,
+                     np.full(len(contents), now_ms, np.int64))
     memories = corpus.memories.columns
     ages_ms = np.array([round(memory_updated_at(age, now).timestamp() * 1000) for age in memories["age_days"]],
                        np.int64)
@@ -202,7 +234,7 @@ class Store(Rows):
     """One table's rows, embedded and lexically indexed."""
 
     vectors: np.ndarray | QuarterVectors = field(kw_only=True)
-    lexical: LexicalIndex = field(kw_only=True)
+    lexical: LexicalIndex | None = field(kw_only=True)  # None once the candidates are extracted (`without_postings`)
     norms: np.ndarray | None = field(default=None, kw_only=True, repr=False)  # computed when not given
     _scopes: dict = field(default_factory=dict, repr=False)
 
@@ -252,9 +284,13 @@ class SearchResult:
     recency_factor: float  # what the blend multiplied the fused score by (1 for documents and with the blend off)
 
 
-def _byte_keys(keys: Sequence[str]) -> pl.Series:
-    """Keys as Arrow binary, UTF-8 with lone surrogates kept (a JSON key may hold one): equal keys, equal bytes."""
-    return pl.Series([key.encode("utf-8", "surrogatepass") for key in keys], dtype=pl.Binary)
+def _byte_keys(*keys: Sequence[str]) -> pl.Series:
+    """Keys (of one list, then the next) as Arrow binary, UTF-8 with lone surrogates kept (a JSON key may hold one):
+    equal keys, equal bytes. Encoded `_KEYS_AT_ONCE` at a time: a million keys as bytes objects take 50 MB."""
+    return pl.concat([pl.Series([key.encode("utf-8", "surrogatepass") for key in some[lo:lo + _KEYS_AT_ONCE]],
+                                dtype=pl.Binary)
+                      for some in keys for lo in range(0, len(some), _KEYS_AT_ONCE)]
+                     or [pl.Series([], dtype=pl.Binary)], rechunk=False)
 
 
 class Catalog:
@@ -269,9 +305,14 @@ class Catalog:
         self.tie_order = tie_order
         # Every row's key (documents' rows, then memories'), sorted as bytes, and the row each sorted one is: a few
         # bytes per row, where a dict of sets took about 400 (0.4 GB at a million chunks).
-        keys = _byte_keys([*documents.keys, *memories.keys])
+        keys = _byte_keys(documents.keys, memories.keys)
         order = keys.arg_sort()
         self._sorted_keys, self._key_order = keys.gather(order), order.to_numpy()
+
+    def without_postings(self) -> "Catalog":
+        """What `results` needs once every query's candidates are extracted: rows, ages and distances (a catalog
+        holds no postings, so all of it)."""
+        return self
 
     def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
         """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""
@@ -344,9 +385,13 @@ class Index(Catalog):
             CachedRows(cache, [cache.document_key(text) for text in corpus.documents.contents], counts),
             CachedRows(cache, [cache.memory_key(text) for text in memories.contents],
                        np.ones(len(memories.ids), np.int64))]
-        built = [_read_and_embed(embedder, rows.contents, c) for rows, c in zip((documents, memories), cached)]
-        vectors, lexical = [stored for stored, _ in built], [read for _, read in built]
-        del built
+        vectors, lexical = [], []
+        for rows, c in zip((documents, memories), cached):
+            stored, read = _read_and_embed(embedder, rows.contents, c)
+            vectors.append(stored)
+            lexical.append(read)
+            release_freed()  # what the store's build let go, before the next one's and the norms
+        del stored, read
         reused = sum(c.reused for c in cached if c)
         total = len(documents.ids) + len(memories.ids)
         norms = [c.norms if c else None for c in cached]
@@ -354,7 +399,19 @@ class Index(Catalog):
                     Store(**vars(memories), vectors=vectors[1], lexical=lexical[1], norms=norms[1]),
                     embedder, now, tie_order)
         index.rows_built, index.rows_reused = total - reused, reused
+        release_freed()  # the build's temporaries: the extraction and the evaluation allocate less than they held
         return index
+
+    def without_postings(self) -> "Index":
+        """This index without its lexical postings (about 0.5 GB at a million chunks), for ranked lists re-fused
+        from candidates extracted already: `results` reads rows, ages and vectors only. This index is unchanged;
+        the copy shares everything else with it and cannot search."""
+        bare = copy.copy(self)
+        bare.stores = {}
+        for source_type, store in self.stores.items():
+            bare.stores[source_type] = copy.copy(store)
+            bare.stores[source_type].lexical = None
+        return bare
 
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
                    tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:
