@@ -293,21 +293,26 @@ def _byte_keys(*keys: Sequence[str]) -> pl.Series:
                      or [pl.Series([], dtype=pl.Binary)], rechunk=False)
 
 
+def sorted_keys(documents: Rows, memories: Rows) -> tuple[pl.Series, np.ndarray]:
+    """Every row's key (documents' rows, then memories'), sorted as bytes, and the row each sorted one is: a few
+    bytes per row, where a dict of sets took about 400 (0.4 GB at a million chunks)."""
+    keys = _byte_keys(documents.keys, memories.keys)
+    order = keys.arg_sort()
+    return keys.gather(order), order.to_numpy()
+
+
 class Catalog:
     """SOAT's two tables row by row, and what ranked lists need of them: keys, ids, contents and ages (an
-    `Index` without the vectors and postings, as a coordinator of corpus shards holds it)."""
+    `Index` without the vectors and postings, as a coordinator of corpus shards holds it). `keys`: the rows'
+    `sorted_keys`, made here when not given."""
 
     def __init__(self, documents: Rows, memories: Rows, embedder: Embedder, now: datetime,
-                 tie_order: TieOrder = "postgres"):
+                 tie_order: TieOrder = "postgres", keys: tuple[pl.Series, np.ndarray] | None = None):
         self.stores = {"document": documents, "memory": memories}
         self.embedder = embedder
         self.now = now
         self.tie_order = tie_order
-        # Every row's key (documents' rows, then memories'), sorted as bytes, and the row each sorted one is: a few
-        # bytes per row, where a dict of sets took about 400 (0.4 GB at a million chunks).
-        keys = _byte_keys(documents.keys, memories.keys)
-        order = keys.arg_sort()
-        self._sorted_keys, self._key_order = keys.gather(order), order.to_numpy()
+        self._sorted_keys, self._key_order = keys or sorted_keys(documents, memories)
 
     def without_postings(self) -> "Catalog":
         """What `results` needs once every query's candidates are extracted: rows, ages and distances (a catalog
@@ -365,8 +370,8 @@ class Index(Catalog):
     stores: dict[str, Store]
 
     def __init__(self, documents: Store, memories: Store, embedder: Embedder, now: datetime,
-                 tie_order: TieOrder = "postgres"):
-        super().__init__(documents, memories, embedder, now, tie_order)
+                 tie_order: TieOrder = "postgres", keys: tuple[pl.Series, np.ndarray] | None = None):
+        super().__init__(documents, memories, embedder, now, tie_order, keys)
         self.rows_built = sum(len(store.ids) for store in self.stores.values())
         self.rows_reused = 0
 
@@ -381,6 +386,8 @@ class Index(Catalog):
         """
         now = now or datetime.now(timezone.utc)
         documents, memories, counts = table_rows(corpus, chunking, now)
+        # Sorted before the vectors are held: polars keeps the sort's scratch in its own heap, for its later work.
+        catalog_keys = sorted_keys(documents, memories)
         cached = [None, None] if cache is None else [
             CachedRows(cache, [cache.document_key(text) for text in corpus.documents.contents], counts),
             CachedRows(cache, [cache.memory_key(text) for text in memories.contents],
@@ -397,7 +404,7 @@ class Index(Catalog):
         norms = [c.norms if c else None for c in cached]
         index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0], norms=norms[0]),
                     Store(**vars(memories), vectors=vectors[1], lexical=lexical[1], norms=norms[1]),
-                    embedder, now, tie_order)
+                    embedder, now, tie_order, catalog_keys)
         index.rows_built, index.rows_reused = total - reused, reused
         release_freed()  # the build's temporaries: the extraction and the evaluation allocate less than they held
         return index
