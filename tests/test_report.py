@@ -283,3 +283,19 @@ def test_a_run_written_before_violation_keys_and_kept_cross_validation_still_get
     assert "No cross-validation recorded: this run was written before rqsweep kept it" in md
     assert "run the sweep again to have them grouped here" in md
     assert "Best feasible setting" in md
+
+
+@pytest.mark.parametrize("marked", [0, 5, 13])
+def test_an_axis_with_the_limit_of_labels_keeps_every_one(marked):
+    assert plots.labelled(plots.TICK_LABELS, marked) == list(range(plots.TICK_LABELS))
+
+
+@pytest.mark.parametrize("n", [plots.TICK_LABELS + 1, 50, 100])
+@pytest.mark.parametrize("at", [0.0, 0.37, 0.5, 1.0])
+def test_one_label_more_thins_them_keeping_the_ends_and_the_marked_setting(n, at):
+    marked = round(at * (n - 1))
+    shown = plots.labelled(n, marked)
+    assert len(shown) <= plots.TICK_LABELS and shown == sorted(set(shown))
+    assert {0, n - 1, marked} <= set(shown)
+    even = plots.labelled(n, 0)  # the first is always labelled, so this is the even spread alone
+    assert shown == sorted({*even, marked}) and np.ptp(np.diff(even)) <= 1

@@ -24,6 +24,7 @@ from rqsweep.runfolder import RunFolder
 _DPI = 100
 _FLOOR_OFF_AT = -0.05  # where "no floor" sits on a min_similarity axis
 _MIN_FILL = 0.5  # share of rrf_k x half-life cells a heatmap needs filled to be worth drawing
+TICK_LABELS = 14  # most labels on one categorical axis: more are unreadable, and their text layout is the PNG's cost
 INFEASIBLE_CELL = "no feasible setting"  # the label of a heatmap's hatched cells
 
 
@@ -74,8 +75,11 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
     fig.colorbar(image, ax=ax, label=f"best feasible {label}")
     # Not `add_patch`: its data limits walk the path segment by segment, and the image has set them already.
     ax.add_artist(_hatched(*np.nonzero(evaluated & np.isnan(values))))
-    ax.set_xticks(range(len(hs)), [knob_label(HALF_LIFE, h) for h in hs], rotation=45)
-    ax.set_yticks(range(len(ks)), [str(k) for k in ks])
+    chosen = run.knobs(run.best)
+    x_at = labelled(len(hs), h_at[chosen.recency_half_life_days])
+    y_at = labelled(len(ks), k_at[chosen.rrf_k])
+    ax.set_xticks(x_at, [knob_label(HALF_LIFE, hs[j]) for j in x_at], rotation=45)
+    ax.set_yticks(y_at, [str(ks[i]) for i in y_at])
     ax.set_xlabel(HALF_LIFE)
     ax.set_ylabel(RRF_K)
     if values.size <= 400:  # numbers stay legible up to about a 20 x 20 grid
@@ -84,7 +88,6 @@ def best_feasible_heatmap(run: RunFolder) -> Figure | None:
             v = values[i, j]
             ax.text(j, i, f"{v:.3f}\n@{knob_label(MIN_SIMILARITY, floor)}", ha="center", va="center",
                     fontsize=6.5, linespacing=1.1, color="black" if v > midpoint else "white")
-    chosen = run.knobs(run.best)
     ax.add_patch(_box(h_at[chosen.recency_half_life_days], k_at[chosen.rrf_k]))
     ax.set_title(f"Best feasible {label} per (rrf_k, half-life) over min_similarity; hatched: {INFEASIBLE_CELL}\n"
                  f"in each cell: that {label} @ the min_similarity giving it; red box: the best setting",
@@ -101,6 +104,14 @@ def _hatched(rows: np.ndarray, columns: np.ndarray) -> PathPatch:
     codes = np.tile([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], len(rows))
     return PathPatch(Path(vertices, codes), facecolor="0.88", edgecolor="0.6", hatch="///", linewidth=0,
                      label=INFEASIBLE_CELL)
+
+
+def labelled(n: int, marked: int) -> list[int]:
+    """The positions, of `n`, an axis labels: every one up to TICK_LABELS, else that many evenly spread, always
+    with the first, the last and the `marked` one (the setting the plot marks)."""
+    if n <= TICK_LABELS:
+        return list(range(n))
+    return sorted({*np.linspace(0, n - 1, TICK_LABELS - 1).round().astype(int).tolist(), marked})
 
 
 def _box(x: float, y: float) -> Rectangle:
@@ -123,9 +134,11 @@ def slice_mrr_by_knob(run: RunFolder, knob_tables: dict[str, pl.DataFrame]) -> F
             ax.plot(x, table[column].to_list(), marker="o", label=s,
                     linestyle="--" if s == OVERALL else "-", color="black" if s == OVERALL else None)
         labels = table[knob].to_list()
-        ax.xaxis.set_major_locator(FixedLocator(list(x)))
-        ax.set_xticklabels(labels, rotation=45 if table.height > 6 else 0)
-        ax.axvline(labels.index(knob_label(knob, getattr(chosen, knob))), color="red", alpha=0.3, linewidth=6)
+        marked = labels.index(knob_label(knob, getattr(chosen, knob)))
+        at = labelled(len(labels), marked)
+        ax.xaxis.set_major_locator(FixedLocator(at))
+        ax.set_xticklabels([labels[i] for i in at], rotation=45 if len(at) > 6 else 0)
+        ax.axvline(marked, color="red", alpha=0.3, linewidth=6)
         ax.set_xlabel(knob)
         ax.set_ylabel("MRR")
         ax.set_ylim(0, 1.02)
