@@ -24,7 +24,7 @@ from rqsweep.runfolder import RunFolder
 _DPI = 100
 _FLOOR_OFF_AT = -0.05  # where "no floor" sits on a min_similarity axis
 _MIN_FILL = 0.5  # share of rrf_k x half-life cells a heatmap needs filled to be worth drawing
-TICK_LABELS = 14  # most labels on one categorical axis: more are unreadable, and their text layout is the PNG's cost
+TICK_LABELS = 14  # most labels on one categorical axis: more overlap and cannot be read
 INFEASIBLE_CELL = "no feasible setting"  # the label of a heatmap's hatched cells
 
 
