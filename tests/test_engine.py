@@ -182,16 +182,52 @@ def test_an_index_without_postings_ranks_candidates_as_the_index_does(index):
             assert bare.results(candidates, vector, knobs, 10) == index.search(query, knobs, 10), (query, knobs)
 
 
-def test_the_embedded_backend_lets_the_postings_go_once_its_candidates_are_extracted(index):
+def ties_corpus() -> Corpus:
+    """Exact ties in both channels (the same text under several keys, in both tables): the tie orders differ."""
+    return Corpus(tuple(Document(f"doc-{i}", "beta pager alpha", path=f"/t/{i}.md") for i in range(6)) +
+                  (Document("doc-x", "alpha beta gamma delta"),),
+                  tuple(Memory(f"mem-{i}", "beta pager alpha", store="facts", age_days=i % 3) for i in range(6)))
+
+
+SCOPES = [Scope(), Scope(include_documents=False), Scope(memory_stores=("facts",), document_paths=("/t/",))]
+
+
+@pytest.mark.parametrize("make", [corpus, ties_corpus])
+@pytest.mark.parametrize("scope", SCOPES, ids=["all", "memories", "stores-paths"])
+def test_lexical_candidates_taken_first_and_the_postings_dropped_give_the_index_s_candidates(make, scope):
+    """The job's order: every query's lexical channel, then the postings go, then the vector channel."""
+    whole = Index.build(make(), FeatureHashEmbedder(256), Chunking("size", 1000, 200), now=NOW)
+    dropped = Index.build(make(), FeatureHashEmbedder(256), Chunking("size", 1000, 200), now=NOW)
+    vectors = whole.embed_queries(QUERIES)
+    want = whole.candidates_many(QUERIES, vectors, 10, scope)
+    lexical = dropped.lexical_candidates(QUERIES, 10, scope)
+    dropped.drop_postings()
+    assert [s.lexical for s in dropped.stores.values()] == [None, None]
+    got = dropped.candidates_many(QUERIES, vectors, 10, scope, lexical)
+    assert got == want
+    if make is ties_corpus and scope == Scope():
+        assert any(by_order["postgres"] != by_order["insertion"] for by_order in want)  # the corpus has its ties
+    for query, vector, by_order in zip(QUERIES, vectors, got):
+        for knobs in SETTINGS:
+            assert dropped.results(by_order[dropped.tie_order], vector, knobs, 10) == \
+                whole.search(query, knobs, 10, scope), (query, knobs)
+
+
+def _golden(queries):
     from pathlib import Path
 
-    from rqsweep.backends.embedded import EmbeddedBackend
     from rqsweep.golden import Expected, GoldenQuery, GoldenSet
 
-    golden = GoldenSet(Path("golden.json"), "", tuple(GoldenQuery(f"q{i}", "s", query, (Expected("memory", "mem-new"),))
-                                                      for i, query in enumerate(QUERIES)), None, ())
-    backend = EmbeddedBackend(index, golden, 10, Scope())
+    return GoldenSet(Path("golden.json"), "", tuple(GoldenQuery(f"q{i}", "s", query, (Expected("memory", "mem-new"),))
+                                                    for i, query in enumerate(queries)), None, ())
+
+
+def test_the_embedded_backend_lets_the_postings_go_once_its_candidates_are_extracted(index):
+    from rqsweep.backends.embedded import EmbeddedBackend
+
+    backend = EmbeddedBackend(index, _golden(QUERIES), 10, Scope())
     assert [s.lexical for s in backend.index.stores.values()] == [None, None]
+    assert all(s.lexical is not None for s in index.stores.values())  # not owned: a copy lets them go
     for knobs in SETTINGS:
         ranked = backend.ranked(knobs)
         for i, query in enumerate(QUERIES):
@@ -199,6 +235,34 @@ def test_the_embedded_backend_lets_the_postings_go_once_its_candidates_are_extra
                     for h in ranked[f"q{i}"]] == \
                 [(r.key, r.chunk_id, r.score, r.signals.get("vector"), r.signals.get("lexical"), r.similarity_score,
                   r.recency_factor) for r in index.search(query, knobs, 10)], (query, knobs)
+
+
+@pytest.mark.parametrize("make", [corpus, ties_corpus])
+def test_a_backend_owning_its_index_drops_the_postings_before_the_vector_channel_and_scores_the_same(make,
+                                                                                                    monkeypatch):
+    from rqsweep.backends import scoring
+    from rqsweep.backends.embedded import EmbeddedBackend
+
+    monkeypatch.setattr(scoring, "_EXTRACTION_BLOCK", 3)  # several blocks: all lexical first, then each vector block
+    build = lambda: Index.build(make(), FeatureHashEmbedder(256), Chunking("size", 1000, 200), now=NOW)  # noqa: E731
+    kept, owned_index = build(), build()
+    postings_seen: list[bool] = []
+    original = Index.candidates_many
+
+    def watched(self, *args, **kwargs):
+        postings_seen.append(any(s.lexical is not None for s in self.stores.values()))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Index, "candidates_many", watched)
+    golden = _golden(QUERIES * 2)
+    owned = EmbeddedBackend(owned_index, golden, 10, Scope(), owned=True)
+    assert postings_seen == [False, False, False]  # 8 queries in blocks of 3, the postings gone before each
+    assert [s.lexical for s in owned_index.stores.values()] == [None, None]  # in place
+    reference = EmbeddedBackend(kept, golden, 10, Scope())
+    assert owned.candidates == reference.candidates
+    assert owned.evaluate(SETTINGS).equals(reference.evaluate(SETTINGS))
+    for knobs in SETTINGS:
+        assert owned.ranked(knobs) == reference.ranked(knobs)
 
 
 @settings(max_examples=200, deadline=None)

@@ -24,7 +24,6 @@ from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
 from rqsweep.engine.embed.local import installed_models, resolve_model
-from rqsweep.engine.heap import release_freed
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
 from rqsweep.errors import InputError
@@ -52,10 +51,13 @@ class EmbeddedBackend:
     def __init__(self, index: Index, golden: GoldenSet, limit: int, scope: Scope,
                  workers: WorkersConfig | int = 1, log: Callable[[str], None] = lambda _: None, *,
                  cluster: DaskCluster | None = None, advance: Callable[[float], None] = lambda _: None,
-                 extracting: Callable[[int], None] = lambda _: None, blocks: CandidateBlocks = CandidateBlocks(None)):
+                 extracting: Callable[[int], None] = lambda _: None, blocks: CandidateBlocks = CandidateBlocks(None),
+                 owned: bool = False):
         """`cluster`: the Dask cluster to use (and close) with `workers.backend: dask` (None: connect to it here);
         `advance(settings)`: told the settings' worth of work done as parts of a batch finish (progress);
-        `extracting(queries)`: told of the queries whose candidates are ready; `blocks`: where they are kept."""
+        `extracting(queries)`: told of the queries whose candidates are ready; `blocks`: where they are kept;
+        `owned`: nothing else holds `index`, so its postings go in place before the vector channel runs (else the
+        backend keeps a copy without them once every candidate is extracted)."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
         self.profile = {**EMBEDDED_PROFILE, "embedder": described(index.embedder)}
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
@@ -65,12 +67,13 @@ class EmbeddedBackend:
         self.checkpoint_every = max(1, min(2000, self.ROWS_PER_CHECKPOINT // max(len(golden.queries), 1)))
         self.cluster, self.shards, self._candidates = cluster, None, None
         try:
-            self._prepare(log, extracting, blocks)
+            self._prepare(log, extracting, blocks, owned)
         except BaseException:
             self.close()  # a LocalCluster's processes must not outlive a failed start
             raise
 
-    def _prepare(self, log: Callable[[str], None], extracting: Callable[[int], None], blocks: CandidateBlocks) -> None:
+    def _prepare(self, log: Callable[[str], None], extracting: Callable[[int], None], blocks: CandidateBlocks,
+                 owned: bool) -> None:
         """Embed the golden queries and extract their candidates, here or on the cluster."""
         self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
@@ -81,10 +84,15 @@ class EmbeddedBackend:
             # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
             self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log)
         else:
-            self.plans, self.alternates, self._candidates = plan_queries(self.index, queries, self.vectors,
-                                                                         self.limit, self.scope, extracting, blocks)
-            # Every search is made: ranked lists re-fuse these candidates, so the postings can go.
-            self.index = self.index.without_postings()
+            # Every search is made from these candidates (ranked lists re-fuse them), so the postings can go: with
+            # `owned`, as soon as the lexical channel is done, so that they and the vector channel's work never
+            # meet. A corpus-sharded index holds none here.
+            local = isinstance(self.index, Index)
+            self.plans, self.alternates, self._candidates = plan_queries(
+                self.index, queries, self.vectors, self.limit, self.scope, extracting, blocks,
+                self.index.drop_postings if local and owned else None)
+            if local and not owned:
+                self.index = self.index.without_postings()
             self._stacks: dict[int, list[BothOrders]] = {}
 
     @property
@@ -208,9 +216,7 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     extracting = phase(len(golden.queries), f"{config.name} candidates", "queries")
     blocks = CandidateBlocks(run_dir, described(index.embedder))
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
-                              advance=advance, extracting=extracting, blocks=blocks)
-    index = backend.index  # without its postings: they are freed here, and their pages handed back
-    release_freed()
+                              advance=advance, extracting=extracting, blocks=blocks, owned=True)
     reused = (f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if engine.cache_dir
               else "")
     log(f"embedded index: {len(index.stores['document'].ids)} chunks, {len(index.stores['memory'].ids)} memories"

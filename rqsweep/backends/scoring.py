@@ -25,24 +25,32 @@ PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) po
 
 def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
                  scope: Scope, progress: Callable[[int], None] = lambda _: None,
-                 blocks: CandidateBlocks = CandidateBlocks(None)
+                 blocks: CandidateBlocks = CandidateBlocks(None), postings_done: Callable[[], None] | None = None
                  ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
     """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
     candidates in the index's tie order (for `ranked`). One extraction serves both orders, and so does one plan
     when their candidates are the same (they differ only where exact ties decide). Each block of queries is
     read from `blocks` when kept there, else extracted and kept; `progress(n)` hears of each block's n queries
-    (a `Progress`)."""
+    (a `Progress`). With `postings_done`, every block's lexical candidates are extracted first, then
+    `postings_done()` is called (to let the postings go before the vector channel's work), then the rest."""
     other = next(o for o in TIE_ORDERS if o != index.tie_order)
     plans: list[QueryPlan] = []
     alternates: list[QueryPlan] = []
     kept: list[Candidates] = []
     ages = index.memory_age_days()
-    for start in range(0, len(queries), _EXTRACTION_BLOCK):
-        block = queries[start:start + _EXTRACTION_BLOCK]
-        extracted = blocks.load(start, len(block))
+    blocked = {start: queries[start:start + _EXTRACTION_BLOCK] for start in range(0, len(queries), _EXTRACTION_BLOCK)}
+    found = {start: blocks.load(start, len(block)) for start, block in blocked.items()}
+    lexical = {}
+    if postings_done is not None:
+        lexical = {start: index.lexical_candidates([text for text, _ in block], limit, scope)
+                   for start, block in blocked.items() if found[start] is None}
+        postings_done()
+    for start, block in blocked.items():
+        extracted = found.pop(start)
         if extracted is None:
-            extracted = index.candidates_many([text for text, _ in block], vectors[start:start + len(block)], limit,
-                                              scope)
+            texts, block_vectors = [text for text, _ in block], vectors[start:start + len(block)]
+            extracted = (index.candidates_many(texts, block_vectors, limit, scope, lexical=lexical.pop(start))
+                         if start in lexical else index.candidates_many(texts, block_vectors, limit, scope))
             blocks.save(start, extracted)
         for (_, keys), by_order in zip(block, extracted):
             expected = index.expected_rows(keys)

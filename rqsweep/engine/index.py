@@ -15,7 +15,7 @@ from rqsweep.config import Chunking
 from rqsweep.corpus import Corpus, chunk_contents, chunk_id, memory_updated_at
 from rqsweep.corpus.texts import sequence_equal
 from rqsweep.engine.batch import QueryPlan, plan_query
-from rqsweep.engine.channels import Candidates, lexical_channels, merge_shards, vector_channels
+from rqsweep.engine.channels import Candidate, Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
 from rqsweep.engine.embed import Embedder
 from rqsweep.engine.fusion import fuse
@@ -234,7 +234,7 @@ class Store(Rows):
     """One table's rows, embedded and lexically indexed."""
 
     vectors: np.ndarray | QuarterVectors = field(kw_only=True)
-    lexical: LexicalIndex | None = field(kw_only=True)  # None once the candidates are extracted (`without_postings`)
+    lexical: LexicalIndex | None = field(kw_only=True)  # None once the lexical candidates are extracted (`drop_postings`)
     norms: np.ndarray | None = field(default=None, kw_only=True, repr=False)  # computed when not given
     _scopes: dict = field(default_factory=dict, repr=False)
 
@@ -313,11 +313,6 @@ class Catalog:
         self.now = now
         self.tie_order = tie_order
         self._sorted_keys, self._key_order = keys or sorted_keys(documents, memories)
-
-    def without_postings(self) -> "Catalog":
-        """What `results` needs once every query's candidates are extracted: rows, ages and distances (a catalog
-        holds no postings, so all of it)."""
-        return self
 
     def memory_age_days(self, now: datetime | None = None) -> np.ndarray:
         """Each memory's age at `now` (default: the build clock), in days, from millisecond timestamps."""
@@ -410,15 +405,20 @@ class Index(Catalog):
         return index
 
     def without_postings(self) -> "Index":
-        """This index without its lexical postings (about 0.5 GB at a million chunks), for ranked lists re-fused
-        from candidates extracted already: `results` reads rows, ages and vectors only. This index is unchanged;
-        the copy shares everything else with it and cannot search."""
+        """A copy of this index without its lexical postings (`drop_postings`); this index is unchanged, and the
+        copy shares everything else with it."""
         bare = copy.copy(self)
-        bare.stores = {}
-        for source_type, store in self.stores.items():
-            bare.stores[source_type] = copy.copy(store)
-            bare.stores[source_type].lexical = None
+        bare.stores = {source_type: copy.copy(store) for source_type, store in self.stores.items()}
+        bare.drop_postings()
         return bare
+
+    def drop_postings(self) -> None:
+        """Let the lexical postings go (about 0.5 GB at a million chunks) and hand their pages back, once every
+        query's lexical candidates are extracted: `results`, and `candidates_many` given those candidates, read
+        rows, ages and vectors only. The index cannot search after."""
+        for store in self.stores.values():
+            store.lexical = None
+        release_freed()
 
     def candidates(self, query: str, limit: int = DEFAULT_LIMIT, scope: Scope = Scope(),
                    tie_order: TieOrder | None = None, query_vector: np.ndarray | None = None) -> Candidates:
@@ -427,22 +427,29 @@ class Index(Catalog):
             query_vector = self.embed_queries([query])[0]
         return self.candidates_many([query], query_vector[None, :], limit, scope)[0][tie_order or self.tie_order]
 
-    def candidates_many(self, queries: Sequence[str], query_vectors: np.ndarray, limit: int = DEFAULT_LIMIT,
-                        scope: Scope = Scope()) -> list[dict[TieOrder, Candidates]]:
-        """`candidates` of every query in both tie orders: the vector channel scores the queries together, and
-        the orders share one extraction (their lists differ only where exact ties decide)."""
+    def lexical_candidates(self, queries: Sequence[str], limit: int = DEFAULT_LIMIT,
+                           scope: Scope = Scope()) -> list[dict[TieOrder, tuple[Candidate, ...]]]:
+        """Every query's lexical candidates (documents' and memories' merged) in both tie orders: what
+        `candidates_many` takes as `lexical`, extracted first so that the postings can go before the vector
+        channel runs."""
         limit = clamp_limit(limit)
-        per_store: dict[str, list] = {"vector": [], "lexical": []}
-        for source_type, store in self.stores.items():
-            rows, mask = store.in_scope(scope)
-            per_store["vector"].append(
-                vector_channels(source_type, store.vectors, store.norms, rows, query_vectors, limit))
-            per_store["lexical"].append(
-                [lexical_channels(source_type, store.lexical, mask, query, limit) for query in queries])
-        (documents_v, memories_v), (documents_l, memories_l) = per_store["vector"], per_store["lexical"]
-        return [{order: Candidates(merge_shards(dv[order], mv[order]), merge_shards(dl[order], ml[order]))
-                 for order in TIE_ORDERS}
-                for dv, mv, dl, ml in zip(documents_v, memories_v, documents_l, memories_l)]
+        documents, memories = ([lexical_channels(source_type, store.lexical, store.in_scope(scope)[1], query, limit)
+                                for query in queries] for source_type, store in self.stores.items())
+        return [{order: merge_shards(d[order], m[order]) for order in TIE_ORDERS} for d, m in zip(documents, memories)]
+
+    def candidates_many(self, queries: Sequence[str], query_vectors: np.ndarray, limit: int = DEFAULT_LIMIT,
+                        scope: Scope = Scope(), lexical: Sequence[dict[TieOrder, tuple[Candidate, ...]]] | None = None
+                        ) -> list[dict[TieOrder, Candidates]]:
+        """`candidates` of every query in both tie orders: the vector channel scores the queries together, and
+        the orders share one extraction (their lists differ only where exact ties decide). `lexical`: the
+        queries' `lexical_candidates` when extracted already (the postings may be gone then)."""
+        limit = clamp_limit(limit)
+        if lexical is None:
+            lexical = self.lexical_candidates(queries, limit, scope)
+        documents, memories = (vector_channels(source_type, store.vectors, store.norms, store.in_scope(scope)[0],
+                                               query_vectors, limit) for source_type, store in self.stores.items())
+        return [{order: Candidates(merge_shards(dv[order], mv[order]), lex[order]) for order in TIE_ORDERS}
+                for dv, mv, lex in zip(documents, memories, lexical)]
 
     def search(self, query: str, knobs: Knobs = Knobs(), limit: object = DEFAULT_LIMIT, scope: Scope = Scope(),
                tie_order: TieOrder | None = None, now: datetime | None = None) -> list[SearchResult]:
