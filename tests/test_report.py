@@ -299,3 +299,20 @@ def test_one_label_more_thins_them_keeping_the_ends_and_the_marked_setting(n, at
     assert {0, n - 1, marked} <= set(shown)
     even = plots.labelled(n, 0)  # the first is always labelled, so this is the even spread alone
     assert shown == sorted({*even, marked}) and np.ptp(np.diff(even)) <= 1
+
+
+def test_a_dense_grid_labels_at_most_the_limit_per_axis_with_the_best_among_them(tmp_path):
+    ks, hs = list(range(1, 21)), [float(h) for h in range(0, 160, 10)]  # 20 x 16 cells, both past TICK_LABELS
+    best = "k7_moff_h70.0"  # on neither the even spread's positions nor an edge
+    settings = {f"k{k}_moff_h{h}": {"entity": (1, 1, 0.5), "overall": (1, 1, 0.9 if (k, h) == (7, 70.0) else 0.5)}
+                for k in ks for h in hs}
+    run = read_run_folder(write_run(tmp_path / "run", settings, baseline="k1_moff_h0.0", best=best))
+    ax = plots.best_feasible_heatmap(run).axes[0]
+    x = [t.get_text() for t in ax.get_xticklabels()]
+    y = [t.get_text() for t in ax.get_yticklabels()]
+    assert len(x) <= plots.TICK_LABELS and len(y) <= plots.TICK_LABELS
+    assert {"1", "7", "20"} <= set(y) and len(y) == len(set(y))
+    assert {"0 (off)", "70", "150"} <= set(x)
+    panels = plots.slice_mrr_by_knob(run, {knob: knob_table(run, knob) for knob in KNOBS}).axes
+    rrf_k_labels = [t.get_text() for t in panels[0].get_xticklabels()]
+    assert len(rrf_k_labels) <= plots.TICK_LABELS and {"1", "7", "20"} <= set(rrf_k_labels)

@@ -187,7 +187,7 @@ class CachedRows:
             lengths = np.frombuffer(b"".join(e.lengths for e in chosen), "<u4")
             consistent = _consistent(chosen, lengths)
             if not consistent.all():
-                self.cache._warn(f"index cache {self.cache.path}: {np.count_nonzero(~consistent)} inconsistent "
+                self.cache.warn(f"index cache {self.cache.path}: {np.count_nonzero(~consistent)} inconsistent "
                                  "entries are rebuilt")
                 found = [g for g, ok in zip(found, consistent) if ok]
                 chosen = [e for e, ok in zip(chosen, consistent) if ok]
@@ -253,7 +253,7 @@ class IndexCache:
                  warn: Callable[[str], None] = lambda _: None, max_mb: float = DEFAULT_MAX_MB) -> None:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
         self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
-        self._warn = warn
+        self.warn = warn
         self._max_bytes = round(max_mb * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -282,7 +282,7 @@ class IndexCache:
                         try:
                             entry = BuiltRows.from_bytes(blob)
                         except ValueError as exc:
-                            self._warn(f"index cache {self.path}: a damaged entry is rebuilt ({exc})")
+                            self.warn(f"index cache {self.path}: a damaged entry is rebuilt ({exc})")
                             continue
                         read.append(key)
                         yield key, entry
@@ -317,14 +317,14 @@ class IndexCache:
                     conn.executemany("DELETE FROM built WHERE key = ?", evicted)
                     conn.executemany("DELETE FROM used WHERE key = ?", evicted)
         except sqlite3.DatabaseError as exc:
-            self._warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
+            self.warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
 
     def _create(self) -> None:
         with closing(connect_wal(self.path)) as conn, conn:
             tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             (version,) = conn.execute("PRAGMA user_version").fetchone()
             if tables and version != _FORMAT:
-                self._warn(f"index cache {self.path} holds entries of format {version}, not {_FORMAT}: they are "
+                self.warn(f"index cache {self.path} holds entries of format {version}, not {_FORMAT}: they are "
                            "dropped and rebuilt")
                 for table in tables:
                     conn.execute(f'DROP TABLE "{table}"')
@@ -338,7 +338,7 @@ class IndexCache:
 
     def _set_aside(self, exc: Exception) -> None:
         aside = self.path.with_name(self.path.name + ".damaged")
-        self._warn(f"index cache {self.path} is damaged ({exc}): moved to {aside.name}, rebuilding it")
+        self.warn(f"index cache {self.path} is damaged ({exc}): moved to {aside.name}, rebuilding it")
         for suffix in ("-wal", "-shm"):
             self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
         self.path.replace(aside)
