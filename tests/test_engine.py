@@ -265,6 +265,65 @@ def test_a_backend_owning_its_index_drops_the_postings_before_the_vector_channel
         assert owned.ranked(knobs) == reference.ranked(knobs)
 
 
+@pytest.mark.parametrize("make", [corpus, ties_corpus])
+def test_a_model_s_vectors_left_for_later_are_the_build_s_and_so_are_the_candidates(make, monkeypatch):
+    from tests.test_index_cache import DenseEmbedder
+
+    monkeypatch.setattr(index_module, "_EMBED_PORTION", 4)  # several portions in both passes
+    whole = Index.build(make(), DenseEmbedder(), Chunking("size", 1000, 200), now=NOW)
+    later = Index.build(make(), DenseEmbedder(), Chunking("size", 1000, 200), now=NOW, vectors_later=True)
+    assert [(s.vectors, s.norms) for s in later.stores.values()] == [(None, None), (None, None)]
+    vectors = whole.embed_queries(QUERIES)
+    lexical = later.lexical_candidates(QUERIES, 10, Scope())
+    later.drop_postings()
+    later.embed_vectors()
+    for source_type, store in later.stores.items():
+        built = whole.stores[source_type]
+        assert store.vectors.flags.f_contiguous and store.vectors.dtype == built.vectors.dtype == np.float32
+        assert store.vectors.tobytes("F") == built.vectors.tobytes("F") and store.norms.tobytes() == built.norms.tobytes()
+    assert later.candidates_many(QUERIES, vectors, 10, Scope(), lexical) == whole.candidates_many(QUERIES, vectors, 10)
+
+
+def test_the_feature_hash_s_vectors_are_made_in_the_build_even_when_asked_for_later():
+    later = Index.build(corpus(), FeatureHashEmbedder(256), Chunking("size", 1000, 200), now=NOW, vectors_later=True)
+    whole = Index.build(corpus(), FeatureHashEmbedder(256), Chunking("size", 1000, 200), now=NOW)
+    for source_type, store in later.stores.items():  # read from the runs the lexical index reads: no second pass
+        built = whole.stores[source_type].vectors
+        assert store.vectors is not None and store.vectors.counts.tobytes("F") == built.counts.tobytes("F")
+        assert store.vectors.divisors.tobytes() == built.divisors.tobytes()
+
+
+@pytest.mark.parametrize("make", [corpus, ties_corpus])
+def test_an_owning_backend_makes_a_model_s_vectors_once_the_postings_are_gone_and_scores_the_same(make,
+                                                                                                   monkeypatch):
+    from rqsweep.backends import scoring
+    from rqsweep.backends.embedded import EmbeddedBackend
+    from tests.test_index_cache import DenseEmbedder
+
+    monkeypatch.setattr(scoring, "_EXTRACTION_BLOCK", 3)
+    build = lambda later: Index.build(make(), DenseEmbedder(), Chunking("size", 1000, 200), now=NOW,  # noqa: E731
+                                      vectors_later=later)
+    later, kept = build(True), build(False)
+    seen: list[tuple[bool, bool]] = []  # (postings held, vectors held) as each step starts
+    state = lambda index: (any(s.lexical is not None for s in index.stores.values()),  # noqa: E731
+                           all(s.vectors is not None for s in index.stores.values()))
+    for name in ("lexical_candidates", "embed_vectors", "candidates_many"):
+        original = getattr(Index, name)
+        monkeypatch.setattr(Index, name, lambda self, *a, _o=original, _n=name, **k: (seen.append((_n, *state(self))),
+                                                                                     _o(self, *a, **k))[1])
+    golden = _golden(QUERIES * 2)
+    owned = EmbeddedBackend(later, golden, 10, Scope(), owned=True)
+    # 8 queries in blocks of 3: every block's lexical channel over the postings, then the vectors made without
+    # them, then each block's vector channel.
+    assert seen == [("lexical_candidates", True, False)] * 3 + [("embed_vectors", False, False)] + \
+        [("candidates_many", False, True)] * 3
+    reference = EmbeddedBackend(kept, golden, 10, Scope())
+    assert owned.candidates == reference.candidates
+    assert owned.evaluate(SETTINGS).equals(reference.evaluate(SETTINGS))
+    for knobs in SETTINGS:
+        assert owned.ranked(knobs) == reference.ranked(knobs)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b#1", "é", "a\ud800", ""]), st.integers(0, 3)), max_size=8))
 def test_chunk_ids_are_made_as_a_list_of_them_would_hold_them(documents):

@@ -77,20 +77,26 @@ class EmbeddedBackend:
         """Embed the golden queries and extract their candidates, here or on the cluster."""
         self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
+        local = isinstance(self.index, Index)  # a corpus-sharded index holds no vectors or postings here
         if self.workers.backend == "dask" and not self.workers.corpus_shards:
             from rqsweep.backends.dask_shards import DaskShards
 
+            self.index.embed_vectors()
             self.cluster = self.cluster or DaskCluster(self.workers, log)
             # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
             self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log)
         else:
             # Every search is made from these candidates (ranked lists re-fuse them), so the postings can go: with
-            # `owned`, as soon as the lexical channel is done, so that they and the vector channel's work never
-            # meet. A corpus-sharded index holds none here.
-            local = isinstance(self.index, Index)
+            # `owned`, as soon as the lexical channel is done, before the vectors a build left for later are made,
+            # so that neither meets the other nor the vector channel's work.
+            def lexical_done() -> None:
+                if owned:
+                    self.index.drop_postings()
+                self.index.embed_vectors()
+
             self.plans, self.alternates, self._candidates = plan_queries(
                 self.index, queries, self.vectors, self.limit, self.scope, extracting, blocks,
-                self.index.drop_postings if local and owned else None)
+                lexical_done if local else None)
             if local and not owned:
                 self.index = self.index.without_postings()
             self._stacks: dict[int, list[BothOrders]] = {}
@@ -208,7 +214,7 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
                                  engine.cache_dir, engine.index_cache_mb)
         else:
             index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order,
-                                cache=index_cache(engine, embedder, log))
+                                cache=index_cache(engine, embedder, log), vectors_later=True)
     except BaseException:
         if cluster is not None:
             cluster.close()

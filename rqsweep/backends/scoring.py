@@ -25,14 +25,15 @@ PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) po
 
 def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
                  scope: Scope, progress: Callable[[int], None] = lambda _: None,
-                 blocks: CandidateBlocks = CandidateBlocks(None), postings_done: Callable[[], None] | None = None
+                 blocks: CandidateBlocks = CandidateBlocks(None), lexical_done: Callable[[], None] | None = None
                  ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
     """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
     candidates in the index's tie order (for `ranked`). One extraction serves both orders, and so does one plan
     when their candidates are the same (they differ only where exact ties decide). Each block of queries is
     read from `blocks` when kept there, else extracted and kept; `progress(n)` hears of each block's n queries
-    (a `Progress`). With `postings_done`, every block's lexical candidates are extracted first, then
-    `postings_done()` is called (to let the postings go before the vector channel's work), then the rest."""
+    (a `Progress`). With `lexical_done`, every block's lexical candidates are extracted first, then
+    `lexical_done()` is called (to let the postings go and make the vectors, before the vector channel's work),
+    then the rest."""
     other = next(o for o in TIE_ORDERS if o != index.tie_order)
     plans: list[QueryPlan] = []
     alternates: list[QueryPlan] = []
@@ -41,10 +42,10 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
     blocked = {start: queries[start:start + _EXTRACTION_BLOCK] for start in range(0, len(queries), _EXTRACTION_BLOCK)}
     found = {start: blocks.load(start, len(block)) for start, block in blocked.items()}
     lexical = {}
-    if postings_done is not None:
+    if lexical_done is not None:
         lexical = {start: index.lexical_candidates([text for text, _ in block], limit, scope)
                    for start, block in blocked.items() if found[start] is None}
-        postings_done()
+        lexical_done()
     for start, block in blocked.items():
         extracted = found.pop(start)
         if extracted is None:

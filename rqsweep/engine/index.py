@@ -65,13 +65,14 @@ class _ColumnMajor:
         return np.zeros((0, 1), np.float32, order="F") if self.array is None else self.array
 
 
-def _read_and_embed(embedder: Embedder, texts: Sequence[str],
-                    cached: CachedRows | None = None) -> tuple[np.ndarray | QuarterVectors, LexicalIndex]:
+def _read_and_embed(embedder: Embedder, texts: Sequence[str], cached: CachedRows | None = None,
+                    embed: bool = True) -> tuple[np.ndarray | QuarterVectors | None, LexicalIndex]:
     """The vectors of `texts` as a store keeps them, and their lexical index, a portion of texts at a time: each
     portion read for the lexical index goes into its builder, so no more than a segment's rows are held read. An
     embedder that gives its vectors as quarter counts (the feature hash) keeps them in a quarter of float32's
     memory and reads the runs the lexical index reads, each portion cut once for both; any other embedder's
-    vectors are column-major.
+    vectors are column-major (`_embedded`). Without `embed` (a model's vectors, no cache), the lexical index alone,
+    and None for the vectors.
 
     With `cached` (the rows in groups keyed in an index cache), a portion ends at a group's end: its groups found
     in the cache are read back, and only the others' texts are read, built as above and stored."""
@@ -103,13 +104,22 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str],
             for counts, divisors in embedder.quarter_blocks(portion, runs):
                 vectors.put(_rows(fresh[at:at + len(counts)]), counts, divisors)
                 at += len(counts)
-        elif portion:
+        elif portion and embed:
             vectors.put(_rows(fresh), embedder.embed(portion))
         del portion, runs
         if cached:
             new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
             cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
-    return vectors if quarters else vectors.finish(), lexical.finish()
+    return vectors if quarters else vectors.finish() if embed else None, lexical.finish()
+
+
+def _embedded(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """A model's vectors of `texts`, column-major, `_EMBED_PORTION` texts read and embedded at a time."""
+    vectors = _ColumnMajor(len(texts))
+    for lo in range(0, len(texts), _EMBED_PORTION):
+        hi = min(lo + _EMBED_PORTION, len(texts))
+        vectors.put(slice(lo, hi), embedder.embed(texts[lo:hi]))
+    return vectors.finish()
 
 
 def _read_back(cached: CachedRows, groups: range, stored: StoredParts, vectors: QuarterVectors | _ColumnMajor,
@@ -233,13 +243,13 @@ def table_rows(corpus: Corpus, chunking: Chunking, now: datetime) -> tuple[Rows,
 class Store(Rows):
     """One table's rows, embedded and lexically indexed."""
 
-    vectors: np.ndarray | QuarterVectors = field(kw_only=True)
+    vectors: np.ndarray | QuarterVectors | None = field(kw_only=True)  # None until `Index.embed_vectors`
     lexical: LexicalIndex | None = field(kw_only=True)  # None once the lexical candidates are extracted (`drop_postings`)
     norms: np.ndarray | None = field(default=None, kw_only=True, repr=False)  # computed when not given
     _scopes: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.norms is None:
+        if self.norms is None and self.vectors is not None:
             self.norms = squared_norms(self.vectors)
 
     def in_scope(self, scope: Scope) -> tuple[np.ndarray, np.ndarray | None]:
@@ -373,11 +383,14 @@ class Index(Catalog):
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
               now: datetime | None = None, tie_order: TieOrder = "postgres",
-              cache: IndexCache | None = None) -> "Index":
+              cache: IndexCache | None = None, vectors_later: bool = False) -> "Index":
         """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from.
 
         With `cache`, documents and memories built before (same content, chunking and embedder) are not
         embedded or parsed again; `rows_built` and `rows_reused` count the rows (chunks and memories) of each.
+        With `vectors_later`, a model's vectors are left to `embed_vectors`, so that the lexical channel can run
+        and its postings go before the vectors take their memory (the feature hash's and the cache's come with the
+        lexical index's reading, and are made here).
         """
         now = now or datetime.now(timezone.utc)
         documents, memories, counts = table_rows(corpus, chunking, now)
@@ -388,8 +401,9 @@ class Index(Catalog):
             CachedRows(cache, [cache.memory_key(text) for text in memories.contents],
                        np.ones(len(memories.ids), np.int64))]
         vectors, lexical = [], []
+        embed = not vectors_later or cache is not None or hasattr(embedder, "quarter_blocks")
         for rows, c in zip((documents, memories), cached):
-            stored, read = _read_and_embed(embedder, rows.contents, c)
+            stored, read = _read_and_embed(embedder, rows.contents, c, embed)
             vectors.append(stored)
             lexical.append(read)
             release_freed()  # what the store's build let go, before the next one's and the norms
@@ -403,6 +417,13 @@ class Index(Catalog):
         index.rows_built, index.rows_reused = total - reused, reused
         release_freed()  # the build's temporaries: the extraction and the evaluation allocate less than they held
         return index
+
+    def embed_vectors(self) -> None:
+        """Embed the vectors the build left for later (`vectors_later`); nothing when it left none."""
+        for store in self.stores.values():
+            if store.vectors is None:
+                store.vectors = _embedded(self.embedder, store.contents)
+                store.norms = squared_norms(store.vectors)
 
     def without_postings(self) -> "Index":
         """A copy of this index without its lexical postings (`drop_postings`); this index is unchanged, and the
