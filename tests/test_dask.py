@@ -37,12 +37,12 @@ SMALL_SWEEP = {"strategy": "grid", "knobs": {
 }}
 
 
-def handbook_job(folder: Path, workers: object) -> Path:
+def handbook_job(folder: Path, workers: object, embedder: dict | None = None) -> Path:
     """configs/handbook.yaml with a 12-setting sweep and SOAT's eval embedder (what the engine's exactness is
-    proven on, and fast), writing under `folder`."""
+    proven on, and fast) or `embedder`, no cache, writing under `folder`."""
     config = yaml.safe_load((ROOT / "configs" / "handbook.yaml").read_text())
     config["backend"] = {**{k: v for k, v in config["backend"].items() if k != "cache_dir"},
-                         "embedder": {"kind": "feature-hash", "dimensions": 1024}}
+                         "embedder": embedder or {"kind": "feature-hash", "dimensions": 1024}}
     config.update(corpus=str(ROOT / "configs" / "handbook" / "corpus.yaml"),
                   golden=str(ROOT / "configs" / "handbook" / "golden.yaml"),
                   sweep=SMALL_SWEEP, workers=workers, output_dir="results")
@@ -102,6 +102,15 @@ def test_a_local_dask_cluster_gives_the_single_process_results(tmp_path, handboo
     assert_same_results(outcome.run_dir, handbook_reference)
     log = capfd.readouterr().err
     assert "dask: 2 workers at tcp://127.0.0.1:" in log and "candidates: shard 8/8 on the cluster" in log
+
+
+def test_a_model_s_vectors_made_after_the_lexical_channel_give_a_local_cluster_s_results(tmp_path):
+    """Without a cache, one process makes the model's vectors once the postings are gone; the cluster's path
+    makes them before it sends the index: both give the same tables."""
+    local = {"kind": "local", "model": "multilingual-e5-small"}
+    serial = job.run(handbook_job(tmp_path / "serial", 1, local), quiet=True).run_dir
+    outcome = job.run(handbook_job(tmp_path / "dask", {"backend": "dask", "n": 2}, local), quiet=True)
+    assert_same_results(outcome.run_dir, serial)
 
 
 def test_corpus_shards_on_a_local_cluster_give_the_single_process_results(tmp_path, handbook_reference, capfd):
