@@ -8,7 +8,9 @@ vectors. The chunks are benchmarks/engine.py's synthetic 150-word documents, emb
 1,024 dimensions and stored column-major as float32, and again as the index stores them (`QuarterVectors`: quarter
 counts, a byte per element), answered against the float32 reference; the queries are its two-word queries
 (sparse: about 9 non-zero dimensions). A third case has dense queries (random 1,024-dim vectors, as a
-model embedder gives) over the same chunks. Each path answers both tie orders, as the job needs them: the
+model embedder gives) over the same chunks; a fourth has a 384-dimension model's shape on both sides (the chunks'
+vectors projected by a fixed Gaussian 1,024 x 384 matrix and normalised, as benchmarks/dense_standin.py makes
+them; random dense queries). Each path answers both tie orders, as the job needs them: the
 batched path in one extraction, the reference once per order. The batched path is timed over every query,
 median of 3 repeats; the reference per query, median over a sample of `--reference` queries. Every sampled
 query is checked to be bit for bit the same (rows, order, distance bits) in both tie orders.
@@ -69,7 +71,8 @@ def compare(name: str, matrix: np.ndarray, norms: np.ndarray, queries: np.ndarra
           f"{len(queries)} queries); reference {ref * 1e3:.1f} ms (median of {len(per_query)} queries); "
           f"{ref / batched:.0f}x; mismatches {mismatches} of {2 * len(per_query)} (query, tie order) answers; "
           f"{tie_decided} sampled queries whose tie orders differ")
-    return {"name": name, "batched": batched, "reference": ref, "sampled": len(per_query), "mismatches": mismatches}
+    return {"name": name, "dims": matrix.shape[1], "batched": batched, "reference": ref, "sampled": len(per_query),
+            "mismatches": mismatches}
 
 
 def product_alone(matrix: np.ndarray, queries: np.ndarray) -> dict[int, float]:
@@ -104,19 +107,24 @@ def main() -> None:
           f"{matrix.nbytes / 1e6:.0f} MB")
     sparse = embedder.embed([q for q, _ in queries])
     dense = np.random.default_rng(7).standard_normal((args.queries, 1024)).astype(np.float32)
+    model = np.asfortranarray(matrix @ np.random.default_rng(384).standard_normal((1024, 384)).astype(np.float32))
+    model /= np.linalg.norm(model, axis=1, keepdims=True)
+    model_queries = np.random.default_rng(8).standard_normal((args.queries, 384)).astype(np.float32)
     rows = [compare(f"feature-hash queries ({np.count_nonzero(sparse, axis=1).mean():.1f} non-zero dims)",
                     matrix, norms, sparse, args.reference),
             compare("feature-hash queries, quarter counts", matrix, norms, sparse, args.reference, quarters),
-            compare("dense queries", matrix, norms, dense, args.reference)]
-    flops = 2 * matrix.shape[0] * matrix.shape[1]
-    alone = product_alone(matrix, dense)
-    print("dense queries, the float32 product alone: " + "; ".join(
-        f"blocks of {size}: {s * 1e3:.2f} ms CPU per query ({flops / s / 1e9:.0f} GFLOP/s)" for size, s in alone.items()))
-    print(f"\n| {args.chunks:,} chunks, 1,024 dims | batched, both tie orders | reference, both tie orders | ratio "
+            compare("dense queries", matrix, norms, dense, args.reference),
+            compare("a 384-d model's rows and queries", model, squared_norms(model), model_queries, args.reference)]
+    for name, rows_of, queries_of in (("dense queries", matrix, dense), ("384-d model", model, model_queries)):
+        flops = 2 * rows_of.shape[0] * rows_of.shape[1]
+        print(f"{name}, the float32 product alone: " + "; ".join(
+            f"blocks of {size}: {s * 1e3:.2f} ms CPU per query ({flops / s / 1e9:.0f} GFLOP/s)"
+            for size, s in product_alone(rows_of, queries_of).items()))
+    print(f"\n| {args.chunks:,} chunks | dims | batched, both tie orders | reference, both tie orders | ratio "
           "| mismatches |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['name']} | {r['batched'] * 1e3:.2f} ms | {r['reference'] * 1e3:.1f} ms "
+        print(f"| {r['name']} | {r['dims']:,} | {r['batched'] * 1e3:.2f} ms | {r['reference'] * 1e3:.1f} ms "
               f"| {r['reference'] / r['batched']:.0f}x | {r['mismatches']} of {2 * r['sampled']} |")
 
 

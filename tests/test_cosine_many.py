@@ -65,6 +65,21 @@ def test_many_equals_the_reference_on_tied_corpora(seed, count, dim, directions,
     _assert_same(matrix, _queries(rng, matrix), limit, rows)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("per_block", [1, 2, 3])
+def test_queries_split_into_small_blocks_get_the_reference_s_answers(seed, per_block, monkeypatch) -> None:
+    """Blocks of `per_block` queries (a block's estimates are `_ESTIMATE_CELLS`), dense, sparse and zero queries
+    mixed across them: nothing of one block's estimates may leak into the next's."""
+    from rqsweep.engine import cosine
+
+    rng = np.random.default_rng(seed)
+    matrix = np.asfortranarray(_tied_corpus(rng, 300, 64, 3, sparse=bool(seed % 2)))
+    monkeypatch.setattr(cosine, "_ESTIMATE_CELLS", per_block * len(matrix))
+    queries = np.vstack([_queries(rng, matrix), _queries(rng, matrix)[::-1]])
+    assert len(cosine._blocks(matrix, queries)) == -(-len(queries) // per_block)
+    _assert_same(matrix, queries, 10, np.flatnonzero(rng.random(len(matrix)) < 0.8) if seed > 2 else None)
+
+
 def test_ties_do_decide_the_orders_here() -> None:
     # The property test is only a test of the tie path if ties change answers on such corpora.
     rng = np.random.default_rng(5)

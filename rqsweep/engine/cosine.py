@@ -46,9 +46,10 @@ _DROPPED_BITS = np.int64((1 << 29) - 1)
 _HALFWAY_BITS = np.int64(1 << 28)
 # `cosine_top_many`: a query with at most 1/_SPARSE_SHARE of its dimensions non-zero (the feature hash's) reads
 # only those columns; denser ones share a float32 matrix product with their block, sized to about
-# _ESTIMATE_CELLS estimates at once.
+# _ESTIMATE_CELLS estimates at once (128 MiB): fewer queries a block and the product reads the whole matrix for too
+# few of them (8 queries at a million 384-d rows cost 3x the CPU of 33; benchmarks/candidates.py).
 _SPARSE_SHARE = 8
-_ESTIMATE_CELLS = 1 << 23
+_ESTIMATE_CELLS = 1 << 25
 
 
 def squared_norms(matrix: np.ndarray) -> np.ndarray:
