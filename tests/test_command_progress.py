@@ -3,6 +3,8 @@ and nothing with --quiet; before, neither said anything until it ended."""
 
 from __future__ import annotations
 
+import re
+
 from rqsweep import cli, job
 from rqsweep.report import document
 from tests.minijob import write_job
@@ -32,3 +34,11 @@ def test_collect_shows_the_progress_of_what_it_does(tmp_path, capsys):
     assert f"mini report: {document.STEPS}/{document.STEPS} parts" in err
     assert cli.main(["collect", str(run_dir), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_shows_the_vectors_made_then_the_candidates(tmp_path, capsys):
+    job.run(write_job(tmp_path, SMALL_GRID), quiet=False)
+    err = capsys.readouterr().err
+    made = re.findall(r"mini vectors: (\d+)/(\d+) rows", err)
+    assert made and made[-1][0] == made[-1][1] and int(made[-1][0]) > 0  # the last line: every row made
+    assert err.index("mini vectors: ") < err.index("mini candidates: 10/10 queries")

@@ -293,6 +293,25 @@ def test_the_feature_hash_s_vectors_are_made_in_the_build_even_when_asked_for_la
         assert store.vectors.divisors.tobytes() == built.divisors.tobytes()
 
 
+@pytest.mark.parametrize("dense, later", [(True, True), (True, False), (False, True), (False, False)])
+def test_the_vectors_progress_hears_of_every_row_once_where_the_vectors_are_made(dense, later, monkeypatch):
+    from tests.test_index_cache import DenseEmbedder, Told
+
+    monkeypatch.setattr(index_module, "_EMBED_PORTION", 4)
+    monkeypatch.setattr(index_module, "_CUT_PORTION", 4)
+    told = Told()
+    index = Index.build(corpus(), DenseEmbedder() if dense else FeatureHashEmbedder(64), Chunking("size", 1000, 200),
+                        now=NOW, vectors_later=later, progress=told)
+    rows = sum(len(s.ids) for s in index.stores.values())
+    left = dense and later  # only a model's vectors wait for `embed_vectors`
+    assert told.phases == ([] if left else [(rows, told.phases[0][1])])
+    index.embed_vectors()
+    (total, portions), = told.phases
+    assert total == sum(portions) == rows and len(portions) >= 2 and max(portions) <= 4  # by portions, both tables
+    index.embed_vectors()  # nothing left: no second phase
+    assert len(told.phases) == 1
+
+
 @pytest.mark.parametrize("make", [corpus, ties_corpus])
 def test_an_owning_backend_makes_a_model_s_vectors_once_the_postings_are_gone_and_scores_the_same(make,
                                                                                                    monkeypatch):

@@ -55,6 +55,17 @@ class DenseEmbedder:
         return self._inner.embed(texts)
 
 
+class Told:
+    """A `VectorsProgress` that records each phase's total and what each phase was told."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[int, list[int]]] = []
+
+    def __call__(self, total: int):
+        self.phases.append((total, []))
+        return self.phases[-1][1].append
+
+
 def corpus(n_documents: int = 100, seed: int = 0) -> Corpus:
     rnd = random.Random(seed)
     words = ["pager", "rotation", "VPN-4012", "on-call", "Café", "w12", "backup", "<b>bold</b>", "x.example.com"]
@@ -411,3 +422,13 @@ def test_explain_builds_its_index_from_the_runs_cache(tmp_path):
 def test_unreadable_entries_are_value_errors(blob):
     with pytest.raises(ValueError):
         BuiltRows.from_bytes(blob)
+
+
+def test_the_vectors_progress_counts_rows_read_back_as_made(tmp_path):
+    cache, c = IndexCache(tmp_path, CountingEmbedder().identity, CHUNKING), corpus()
+    for _ in range(2):  # cold, then every row from the cache
+        told = Told()
+        index = Index.build(c, CountingEmbedder(), CHUNKING, NOW, cache=cache, vectors_later=True, progress=told)
+        (total, portions), = told.phases
+        assert total == sum(portions) == index.rows_built + index.rows_reused
+    assert index.rows_built == 0

@@ -214,7 +214,8 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
                                  engine.cache_dir, engine.index_cache_mb)
         else:
             index = Index.build(corpus, embedder, engine.chunking, tie_order=engine.tie_order,
-                                cache=index_cache(engine, embedder, log), vectors_later=True)
+                                cache=index_cache(engine, embedder, log), vectors_later=True,
+                                progress=lambda rows: phase(rows, f"{config.name} vectors", "rows"))
     except BaseException:
         if cluster is not None:
             cluster.close()

@@ -6,7 +6,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -35,6 +35,12 @@ DEFAULT_LIMIT, MAX_LIMIT = 10, 100
 _EMBED_PORTION = 8_192  # texts a model embeds at a time: their float32 rows are held at once (12.6 MB at 384-d)
 _CUT_PORTION = 65_536  # texts cut into runs at a time for the feature hash, which holds no such rows
 _KEYS_AT_ONCE = 65_536  # keys encoded to bytes at a time for the catalog's sorted keys
+# The progress of making an index's vectors: given the rows to make, it returns what is told of each portion made.
+VectorsProgress = Callable[[int], Callable[[int], None]]
+
+
+def no_progress(total: int) -> Callable[[int], None]:
+    return lambda _: None
 
 
 def clamp_limit(limit: object) -> int:
@@ -66,13 +72,15 @@ class _ColumnMajor:
 
 
 def _read_and_embed(embedder: Embedder, texts: Sequence[str], cached: CachedRows | None = None,
-                    embed: bool = True) -> tuple[np.ndarray | QuarterVectors | None, LexicalIndex]:
+                    made: Callable[[int], None] | None = lambda _: None
+                    ) -> tuple[np.ndarray | QuarterVectors | None, LexicalIndex]:
     """The vectors of `texts` as a store keeps them, and their lexical index, a portion of texts at a time: each
     portion read for the lexical index goes into its builder, so no more than a segment's rows are held read. An
     embedder that gives its vectors as quarter counts (the feature hash) keeps them in a quarter of float32's
     memory and reads the runs the lexical index reads, each portion cut once for both; any other embedder's
-    vectors are column-major (`_embedded`). Without `embed` (a model's vectors, no cache), the lexical index alone,
-    and None for the vectors.
+    vectors are column-major (`_embedded`). `made(n)` is told of each portion's n rows as their vectors are made or
+    read back; with `made` None (a model's vectors left for later, no cache), the lexical index alone is built, and
+    the vectors are None.
 
     With `cached` (the rows in groups keyed in an index cache), a portion ends at a group's end: its groups found
     in the cache are read back, and only the others' texts are read, built as above and stored."""
@@ -104,21 +112,25 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str], cached: CachedRows
             for counts, divisors in embedder.quarter_blocks(portion, runs):
                 vectors.put(_rows(fresh[at:at + len(counts)]), counts, divisors)
                 at += len(counts)
-        elif portion and embed:
+        elif portion and made is not None:
             vectors.put(_rows(fresh), embedder.embed(portion))
         del portion, runs
         if cached:
             new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
             cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
-    return vectors if quarters else vectors.finish() if embed else None, lexical.finish()
+        if made is not None:
+            made(hi - lo)
+    return vectors if quarters else None if made is None else vectors.finish(), lexical.finish()
 
 
-def _embedded(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """A model's vectors of `texts`, column-major, `_EMBED_PORTION` texts read and embedded at a time."""
+def _embedded(embedder: Embedder, texts: Sequence[str], made: Callable[[int], None]) -> np.ndarray:
+    """A model's vectors of `texts`, column-major, `_EMBED_PORTION` texts read and embedded at a time, `made(n)`
+    told of each."""
     vectors = _ColumnMajor(len(texts))
     for lo in range(0, len(texts), _EMBED_PORTION):
         hi = min(lo + _EMBED_PORTION, len(texts))
         vectors.put(slice(lo, hi), embedder.embed(texts[lo:hi]))
+        made(hi - lo)
     return vectors.finish()
 
 
@@ -379,18 +391,21 @@ class Index(Catalog):
         super().__init__(documents, memories, embedder, now, tie_order, keys)
         self.rows_built = sum(len(store.ids) for store in self.stores.values())
         self.rows_reused = 0
+        self._vectors_progress = no_progress  # of the vectors a build left for later
 
     @classmethod
     def build(cls, corpus: Corpus, embedder: Embedder, chunking: Chunking = Chunking(),
               now: datetime | None = None, tie_order: TieOrder = "postgres",
-              cache: IndexCache | None = None, vectors_later: bool = False) -> "Index":
+              cache: IndexCache | None = None, vectors_later: bool = False,
+              progress: VectorsProgress = no_progress) -> "Index":
         """Chunk, embed and index a corpus. `now` is the clock reading memory ages count back from.
 
         With `cache`, documents and memories built before (same content, chunking and embedder) are not
         embedded or parsed again; `rows_built` and `rows_reused` count the rows (chunks and memories) of each.
         With `vectors_later`, a model's vectors are left to `embed_vectors`, so that the lexical channel can run
         and its postings go before the vectors take their memory (the feature hash's and the cache's come with the
-        lexical index's reading, and are made here).
+        lexical index's reading, and are made here). `progress` hears of the rows whose vectors are made (or read
+        from the cache), here or in `embed_vectors`.
         """
         now = now or datetime.now(timezone.utc)
         documents, memories, counts = table_rows(corpus, chunking, now)
@@ -401,29 +416,35 @@ class Index(Catalog):
             CachedRows(cache, [cache.memory_key(text) for text in memories.contents],
                        np.ones(len(memories.ids), np.int64))]
         vectors, lexical = [], []
-        embed = not vectors_later or cache is not None or hasattr(embedder, "quarter_blocks")
+        total = len(documents.ids) + len(memories.ids)
+        later = vectors_later and cache is None and not hasattr(embedder, "quarter_blocks")
+        made = None if later else progress(total)
         for rows, c in zip((documents, memories), cached):
-            stored, read = _read_and_embed(embedder, rows.contents, c, embed)
+            stored, read = _read_and_embed(embedder, rows.contents, c, made)
             vectors.append(stored)
             lexical.append(read)
             release_freed()  # what the store's build let go, before the next one's and the norms
         del stored, read
         reused = sum(c.reused for c in cached if c)
-        total = len(documents.ids) + len(memories.ids)
         norms = [c.norms if c else None for c in cached]
         index = cls(Store(**vars(documents), vectors=vectors[0], lexical=lexical[0], norms=norms[0]),
                     Store(**vars(memories), vectors=vectors[1], lexical=lexical[1], norms=norms[1]),
                     embedder, now, tie_order, catalog_keys)
         index.rows_built, index.rows_reused = total - reused, reused
+        if later:
+            index._vectors_progress = progress
         release_freed()  # the build's temporaries: the extraction and the evaluation allocate less than they held
         return index
 
     def embed_vectors(self) -> None:
-        """Embed the vectors the build left for later (`vectors_later`); nothing when it left none."""
-        for store in self.stores.values():
-            if store.vectors is None:
-                store.vectors = _embedded(self.embedder, store.contents)
-                store.norms = squared_norms(store.vectors)
+        """Embed the vectors the build left for later (`vectors_later`), told to the build's `progress`; nothing when
+        it left none."""
+        pending = [store for store in self.stores.values() if store.vectors is None]
+        made = self._vectors_progress(sum(len(store.ids) for store in pending)) if pending else None
+        self._vectors_progress = no_progress  # a command's progress holds its stream: the index is sent to workers
+        for store in pending:
+            store.vectors = _embedded(self.embedder, store.contents, made)
+            store.norms = squared_norms(store.vectors)
 
     def without_postings(self) -> "Index":
         """A copy of this index without its lexical postings (`drop_postings`); this index is unchanged, and the
