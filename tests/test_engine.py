@@ -323,7 +323,7 @@ def test_an_owning_backend_makes_a_model_s_vectors_once_the_postings_are_gone_an
     build = lambda later: Index.build(make(), DenseEmbedder(), Chunking("size", 1000, 200), now=NOW,  # noqa: E731
                                       vectors_later=later)
     later, kept = build(True), build(False)
-    seen: list[tuple[bool, bool]] = []  # (postings held, vectors held) as each step starts
+    seen: list[tuple[str, bool, bool]] = []  # (step, postings held, vectors held) as each step starts
     state = lambda index: (any(s.lexical is not None for s in index.stores.values()),  # noqa: E731
                            all(s.vectors is not None for s in index.stores.values()))
     for name in ("lexical_candidates", "embed_vectors", "candidates_many"):
