@@ -77,7 +77,6 @@ class EmbeddedBackend:
         """Embed the golden queries and extract their candidates, here or on the cluster."""
         self.vectors = self.index.embed_queries([q.query for q in self.golden.queries])
         queries = [(q.query, tuple(e.key for e in q.expected)) for q in self.golden.queries]
-        local = isinstance(self.index, Index)  # a corpus-sharded index holds no vectors or postings here
         if self.workers.backend == "dask" and not self.workers.corpus_shards:
             from rqsweep.backends.dask_shards import DaskShards
 
@@ -89,6 +88,8 @@ class EmbeddedBackend:
             # Every search is made from these candidates (ranked lists re-fuse them), so the postings can go: with
             # `owned`, as soon as the lexical channel is done, before the vectors a build left for later are made,
             # so that neither meets the other nor the vector channel's work.
+            local = isinstance(self.index, Index)  # a corpus-sharded index holds no vectors or postings here
+
             def lexical_done() -> None:
                 if owned:
                     self.index.drop_postings()

@@ -50,6 +50,7 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
         extracted = found.pop(start)
         if extracted is None:
             texts, block_vectors = [text for text, _ in block], vectors[start:start + len(block)]
+            # A corpus-sharded index extracts both channels on its workers: its candidates_many takes no `lexical`.
             extracted = (index.candidates_many(texts, block_vectors, limit, scope, lexical=lexical.pop(start))
                          if start in lexical else index.candidates_many(texts, block_vectors, limit, scope))
             blocks.save(start, extracted)

@@ -46,8 +46,8 @@ _DROPPED_BITS = np.int64((1 << 29) - 1)
 _HALFWAY_BITS = np.int64(1 << 28)
 # `cosine_top_many`: a query with at most 1/_SPARSE_SHARE of its dimensions non-zero (the feature hash's) reads
 # only those columns; denser ones share a float32 matrix product with their block, sized to about
-# _ESTIMATE_CELLS estimates at once (128 MiB): fewer queries a block and the product reads the whole matrix for too
-# few of them (8 queries at a million 384-d rows cost 3x the CPU of 33; benchmarks/candidates.py).
+# _ESTIMATE_CELLS estimates at once (128 MiB): with fewer queries a block the product reads the whole matrix for too
+# few of them (benchmarks/README, "Blocks four times as large": 2^23 against 2^25 in candidates.py and growth.py).
 _SPARSE_SHARE = 8
 _ESTIMATE_CELLS = 1 << 25
 
