@@ -298,15 +298,15 @@ def slice_metrics(queries: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
     """Scored per-query rows -> one row per (setting_id, slice), with the `overall` slice added.
 
     Each metric averages the slice's successful searches; `errors` counts the failed ones;
-    `tie_sensitive` sums the flags and stays null where no backend could tell (HTTP).
+    `tie_sensitive` and `numeric_sensitive` sum their flags and stay null where no backend could tell (HTTP).
     """
     ok = pl.col("error").is_null()
     aggregations = [
         pl.len().cast(pl.Int64).alias("queries"),
         *(pl.col(m).filter(ok).mean().alias(m) for m in names),
         (~ok).sum().cast(pl.Int64).alias("errors"),
-        pl.when(pl.col("tie_sensitive").is_null().all()).then(None)
-        .otherwise(pl.col("tie_sensitive").sum()).cast(pl.Int64).alias("tie_sensitive"),
+        *(pl.when(pl.col(flag).is_null().all()).then(None).otherwise(pl.col(flag).sum()).cast(pl.Int64).alias(flag)
+          for flag in ("tie_sensitive", "numeric_sensitive")),
     ]
     per_slice = queries.group_by("setting_id", "slice").agg(aggregations)
     overall = queries.group_by("setting_id").agg(aggregations).with_columns(pl.lit(OVERALL).alias("slice"))

@@ -10,7 +10,7 @@ from typing import Callable, Iterator, Sequence
 import optuna
 import polars as pl
 
-from rqsweep.backends.base import OUTCOME_SCHEMA
+from rqsweep.backends.base import OUTCOME_SCHEMA, SENSITIVITY
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
 from rqsweep.strategy import TOLD
@@ -24,14 +24,15 @@ STUDY_POLL_SECONDS = 1.0
 
 def outcome_attrs(rows: pl.DataFrame, query_ids: Sequence[str]) -> dict:
     """A setting's per-query rows, compactly, as trial attributes: `positions` in the golden set's query order
-    (null = failed search), with `errors` and `tie_sensitive` only where they say something."""
+    (null = failed search), with `errors` and the sensitivity flags only where they say something."""
     by_query = {r["query_id"]: r for r in rows.iter_rows(named=True)}
     ordered = [by_query[q] for q in query_ids]
     out: dict = {"positions": [r["positions"] for r in ordered]}
     if any(r["error"] for r in ordered):
         out["errors"] = [r["error"] for r in ordered]
-    if any(r["tie_sensitive"] is not None for r in ordered):
-        out["tie_sensitive"] = [r["tie_sensitive"] for r in ordered]
+    for flag in SENSITIVITY:
+        if any(r[flag] is not None for r in ordered):
+            out[flag] = [r[flag] for r in ordered]
     return out
 
 
@@ -51,7 +52,7 @@ def gathered(study: optuna.Study, finished: set[str], query_ids: Sequence[str]) 
         yield pl.DataFrame({
             "setting_id": [knobs.id] * n, **{k: [v] * n for k, v in knobs.columns().items()},
             "query_id": list(query_ids), "positions": attrs["positions"],
-            "error": attrs.get("errors", [None] * n), "tie_sensitive": attrs.get("tie_sensitive", [None] * n),
+            "error": attrs.get("errors", [None] * n), **{flag: attrs.get(flag, [None] * n) for flag in SENSITIVITY},
         }, schema=OUTCOME_SCHEMA)
 
 

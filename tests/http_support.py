@@ -120,7 +120,7 @@ def serving(config: Path, *, faults: Faults | None = None, old_server: bool = Fa
 def comparable(grid: pl.DataFrame) -> pl.DataFrame:
     """A grid without what differs between runs and backends by design (ids, hashes, tie counts, the embedder's
     label: null over HTTP, where the server's embedder is its own)."""
-    return grid.drop("run_id", "embedder", "config_sha256", "tie_sensitive").sort("setting_id", "slice")
+    return grid.drop("run_id", "embedder", "config_sha256", "tie_sensitive", "numeric_sensitive").sort("setting_id", "slice")
 
 
 def leaks(folder: Path, secrets: list[str]) -> list[str]:

@@ -40,7 +40,7 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
                 "run_id": run_id, "setting_id": sid, "rrf_k": knobs.rrf_k, "min_similarity": knobs.min_similarity,
                 "recency_half_life_days": knobs.recency_half_life_days, "slice": s,
                 "queries": sizes.get(s, 10), "recall_at_5": r5, "recall_at_10": r10, "mrr": mrr,
-                "errors": 0, "tie_sensitive": 0, "feasible": sid not in infeasible,
+                "errors": 0, "tie_sensitive": 0, "numeric_sensitive": 0, "feasible": sid not in infeasible,
                 "violations": infeasible.get(sid, []), "is_baseline": sid == baseline, "is_best": sid == best,
                 "evaluation_order": order, "config_sha256": "c" * 64, "golden_sha256": golden_sha256,
             })
@@ -61,7 +61,8 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
                          schema={"setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64,
                                  "recency_half_life_days": pl.Float64})
     queries = queries.cast({"setting_id": pl.String}).join(knobs, on="setting_id", how="left", maintain_order="left").with_columns(
-        pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"))
+        pl.lit(run_id).alias("run_id"), pl.lit(False).alias("tie_sensitive"),
+        pl.lit(False).alias("numeric_sensitive"))
     write_parquet(run_dir / "queries.parquet", queries, metadata)
     info = {"run_id": run_id, "status": "complete"}
     if corpus_sha256 is not None:
@@ -125,6 +126,7 @@ def outcome_rows(setting_id: str, errors: list[str | None], position: int = 1) -
         "setting_id": [setting_id] * n, "rrf_k": [60] * n, "min_similarity": [None] * n,
         "recency_half_life_days": [0.0] * n, "query_id": [f"q{i}" for i in range(n)],
         "positions": [None if e else [position] for e in errors], "error": errors, "tie_sensitive": [None] * n,
+        "numeric_sensitive": [None] * n,
     }, schema=OUTCOME_SCHEMA)
 
 

@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 
 from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
+from rqsweep.backends.base import SENSITIVITY
 from rqsweep.inputs import Inputs, load_inputs
 from rqsweep.knobs import Knobs
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
@@ -79,7 +80,7 @@ class BackendConformance:
     def test_positions_equal_the_embedded_engines(self, made, reference):
         backend, _ = made
         rows = backend.evaluate(SETTINGS)
-        assert rows.drop("tie_sensitive").equals(reference.drop("tie_sensitive"))
+        assert rows.drop(*SENSITIVITY).equals(reference.drop(*SENSITIVITY))
         # The knobs move positions in this corpus: equal rows are not equal by accident of a dead sweep.
         assert reference.group_by("setting_id").agg(pl.col("positions")).n_unique("positions") > 1
 
@@ -94,8 +95,8 @@ class BackendConformance:
 
     def test_a_setting_is_answered_alike_alone_and_in_a_batch(self, made):
         backend, _ = made
-        together = backend.evaluate(SETTINGS).drop("tie_sensitive")
-        apart = pl.concat([backend.evaluate([s]) for s in reversed(SETTINGS)]).drop("tie_sensitive")
+        together = backend.evaluate(SETTINGS).drop(*SENSITIVITY)
+        apart = pl.concat([backend.evaluate([s]) for s in reversed(SETTINGS)]).drop(*SENSITIVITY)
         assert apart.sort("setting_id", maintain_order=True).equals(together.sort("setting_id", maintain_order=True))
 
     def test_ranked_lists_of_some_queries_are_those_of_all(self, made):

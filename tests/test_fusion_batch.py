@@ -13,7 +13,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine import batch as fast_path
-from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, plan_query,
+from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, nudged_plans,
+                                  numeric_changes, plan_query,
                                   later_search_changes, reciprocal_rank_fusion, similarity_floor, stack_both_orders,
                                   stack_plans, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidate, Candidates, merge_shards
@@ -322,3 +323,49 @@ def test_stacked_fast_path_equals_reference(case):
         for q, (cands, ages, groups) in enumerate(queries):
             reference = positions_from_reference(cands, k, limit, ages, groups)
             assert found[s, q].tolist() == reference + [0] * (width - len(groups)), (k, q)
+
+
+def _moved(cands: Candidates, groups, by: float) -> Candidates:
+    """The reference's own nudge: the expected rows' cosines moved by `by`, the vector list sorted again."""
+    hits = set().union(*groups)
+    vector = sorted((C(c.source_type, c.row, c.score + by) if (c.source_type, c.row) in hits else c
+                     for c in cands.vector), key=lambda c: -c.score)
+    return Candidates(tuple(vector), cands.lexical)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda limit: st.tuples(
+    st.just(limit), st.lists(query_case(limit), min_size=1, max_size=5), knob_lists(),
+    st.sampled_from([0.0, 0.0125, 0.05, 0.3]))))
+def test_numeric_flags_equal_the_reference_with_moved_cosines(case):
+    """A (setting, query) is numerically sensitive exactly when the reference path, with the expected rows'
+    cosines moved up or down by the precision, puts some expected key elsewhere; with precision 0, never."""
+    limit, queries, knobs, delta = case
+    plans = [plan_query(cands, groups, ages) for cands, ages, groups in queries]
+    nudges = [nudged_plans(cands, groups, ages, delta) for cands, ages, groups in queries]
+    batch = SettingsBatch.from_knobs(knobs)
+    both = stack_both_orders(plans, plans, nudges)
+    found = stacked_positions(both.stack, batch, limit)
+    flagged = numeric_changes(both, batch, limit, found)
+    for s, k in enumerate(knobs):
+        for q, (cands, ages, groups) in enumerate(queries):
+            here = positions_from_reference(cands, k, limit, ages, groups)
+            moved = [positions_from_reference(_moved(cands, groups, by), k, limit, ages, groups)
+                     for by in (delta, -delta)] if delta else []
+            assert flagged[s, q] == any(m != here for m in moved), (s, q)
+
+
+def test_a_near_tie_within_the_precision_is_flagged_and_one_on_it_is_not():
+    """The expected memory 0.0625 below its stale twin in the vector channel: within a precision of 0.125 the two
+    may swap, so the query is flagged; a precision of exactly 0.0625 leaves them equal, and equal scores keep
+    the stored order, so it is not; nor is a query whose expected row is no vector candidate."""
+    cands = Candidates((C("memory", 1, 0.75), C("memory", 0, 0.6875), C("document", 0, 0.5)), ())
+    groups, ages = [{("memory", 0)}], np.array([0.0, 0.0])
+    batch = SettingsBatch.from_knobs([Knobs(60, None, 0.0)])
+    for delta, flagged in ((0.125, True), (0.0625, False), (0.0, False)):
+        plan = plan_query(cands, groups, ages)
+        both = stack_both_orders([plan], [plan], [nudged_plans(cands, groups, ages, delta)])
+        found = stacked_positions(both.stack, batch, 10)
+        assert found[0, 0, 0] == 2
+        assert numeric_changes(both, batch, 10, found)[0, 0] == flagged, delta
+    assert nudged_plans(cands, [{("document", 7)}], ages, 0.125) is None

@@ -28,7 +28,8 @@ def password(monkeypatch):
 def _run(config: Path, out: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """The grid, the per-query positions and the stored ranked lists of a run, without run-specific columns."""
     outcome = job.run(config, quiet=True, output_dir=out)
-    queries = pl.read_parquet(outcome.run_dir / "queries.parquet").drop("run_id", "embedder", "tie_sensitive")
+    queries = pl.read_parquet(outcome.run_dir / "queries.parquet").drop("run_id", "embedder", "tie_sensitive",
+                                                                                     "numeric_sensitive")
     hits = pl.read_parquet(outcome.run_dir / "hits.parquet").select("setting_id", "query_id", "position", "key")
     return comparable(outcome.grid).drop("golden_sha256"), queries, hits
 

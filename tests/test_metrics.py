@@ -71,6 +71,7 @@ def test_a_failed_search_has_no_metric_and_is_left_out_of_the_averages():
         "setting_id": ["s"] * 3, "query_id": ["a", "b", "c"], "slice": ["x", "x", "y"],
         "positions": pl.Series([[3, None], None, [None]], dtype=pl.List(pl.Int64)),
         "error": [None, "HTTP 503", None], "tie_sensitive": pl.Series([None, None, None], dtype=pl.Boolean),
+        "numeric_sensitive": pl.Series([None, None, None], dtype=pl.Boolean),
     })
     scored = metrics.score_queries(outcomes, ["recall_at_5", "mrr"])
     assert scored["rank"].to_list() == [3, None, 0]
@@ -116,6 +117,7 @@ def test_score_queries_joins_the_grades_by_query_id():
         "setting_id": ["s"] * 3, "query_id": ["b", "a", "b"],
         "positions": pl.Series([[1, 2], [4], None], dtype=pl.List(pl.Int64)),
         "error": [None, None, "timeout"], "tie_sensitive": pl.Series([None] * 3, dtype=pl.Boolean),
+        "numeric_sensitive": pl.Series([None] * 3, dtype=pl.Boolean),
     })
     scored = metrics.score_queries(outcomes, ["mrr", "ndcg_at_10"], {"a": (2,), "b": (1, 2)}, level=2)
     assert scored["rank"].to_list() == [2, 4, None]  # b's item at 1 has grade 1, below the level
@@ -183,6 +185,7 @@ def test_score_queries_without_grades_equals_every_grade_1(case, failed):
         "positions": pl.Series([None if f else x for x, f in zip(lists, failed)], dtype=pl.List(pl.Int64)),
         "error": ["HTTP 503" if f else None for f in failed[:len(ids)]],
         "tie_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean),
+        "numeric_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean),
     })
     graded = metrics.score_queries(outcomes, FUSED_NAMES, {i: (1,) * n for i, n in zip(ids, n_expected.tolist())})
     assert metrics.score_queries(outcomes, FUSED_NAMES).equals(graded)

@@ -66,7 +66,8 @@ def rqsweep_values(qrels, lists, names, level):
         "setting_id": ["s"] * len(ids), "query_id": ids,
         "positions": pl.Series(positions, dtype=pl.List(pl.Int64)),
         "error": pl.Series([None] * len(ids), dtype=pl.String),
-        "tie_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean)})
+        "tie_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean),
+        "numeric_sensitive": pl.Series([None] * len(ids), dtype=pl.Boolean)})
     grades = {q: [qrels[q][k] for k in expected[q]] for q in ids}
     return metrics.score_queries(outcomes, names, grades, level)
 

@@ -44,7 +44,7 @@ def _rows(knobs: Knobs, outcomes: list[int | None | str]) -> pl.DataFrame:
         "query_id": [q[0] for q in QUERIES],
         "positions": [None if isinstance(o, str) else [o or None] for o in outcomes],
         "error": [o if isinstance(o, str) else None for o in outcomes],
-        "tie_sensitive": [o == 2 for o in outcomes],
+        "tie_sensitive": [o == 2 for o in outcomes], "numeric_sensitive": [False for _ in outcomes],
     }, schema=OUTCOME_SCHEMA)
 
 

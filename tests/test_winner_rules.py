@@ -31,7 +31,8 @@ def means_of(found: dict[str, list[list[int | None]]]) -> SliceMeans:
         knobs = Knobs.from_id(sid)
         for n, positions in enumerate(queries):
             rows.append({"setting_id": sid, **knobs.columns(), "query_id": f"q{n}", "positions": positions,
-                         "error": None, "tie_sensitive": None})
+                         "error": None, "tie_sensitive": None,
+                         "numeric_sensitive": None})
     scored = metrics.score_queries(pl.DataFrame(rows, schema=OUTCOME_SCHEMA), NAMES).with_columns(
         pl.lit("a").alias("slice"))
     return SliceMeans.from_frame(metrics.slice_metrics(scored, NAMES), list(found), ["a"], NAMES)

@@ -18,11 +18,16 @@ from rqsweep.knobs import KNOBS, Knobs
 
 # One row per (setting, query): what every backend returns and the run state keeps.
 # `positions` holds one entry per expected key, in the golden set's order: null = not returned;
-# the whole list is null when the search failed. `tie_sensitive` is null where a backend cannot tell.
+# the whole list is null when the search failed. `tie_sensitive` (storage order, a later search) and
+# `numeric_sensitive` (the vectors' last bits) are null where a backend cannot tell.
 KNOB_SCHEMA = dict(zip(KNOBS, (pl.Int64, pl.Float64, pl.Float64)))  # null min_similarity: no floor
 OUTCOME_SCHEMA = {
-    "setting_id": pl.String, **KNOB_SCHEMA, "query_id": pl.String, "positions": pl.List(pl.Int64), "error": pl.String, "tie_sensitive": pl.Boolean,
+    "setting_id": pl.String, **KNOB_SCHEMA, "query_id": pl.String, "positions": pl.List(pl.Int64), "error": pl.String,
+    "tie_sensitive": pl.Boolean, "numeric_sensitive": pl.Boolean,
 }
+TIE_SENSITIVE = 1  # a backend's sensitivity flag: an expected key's position moves with storage order or later
+NUMERIC_SENSITIVE = 2  # ... or once the vectors' last bits move its cosines by the embedder's precision
+SENSITIVITY = {"tie_sensitive": TIE_SENSITIVE, "numeric_sensitive": NUMERIC_SENSITIVE}  # column -> flag
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,13 @@ class Backend(Protocol):
 
 def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions: np.ndarray,
                   n_expected: np.ndarray, errors: Sequence[str | None] | None = None,
-                  tie_sensitive: np.ndarray | None = None) -> pl.DataFrame:
+                  sensitivity: np.ndarray | None = None) -> pl.DataFrame:
     """The rows of `OUTCOME_SCHEMA` from arrays.
 
     positions: (settings, queries, max keys) int, 0 = absent; entries past a query's `n_expected`
     are ignored. errors: settings-major, one per row, None for a search that answered.
-    tie_sensitive: (settings, queries) bool, or None when the backend cannot tell.
+    sensitivity: (settings, queries) flags (TIE_SENSITIVE | NUMERIC_SENSITIVE), or None when the backend cannot
+    tell.
     """
     n_s, n_q = len(settings), len(query_ids)
     per_row = np.tile(np.asarray(n_expected, np.int64), n_s)
@@ -90,8 +96,9 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
         # An all-null column made as one (a list of a million Nones costs 24 MB more while it is converted).
         "error": (pl.repeat(None, n_s * n_q, dtype=pl.String, eager=True) if errors is None
                   else pl.Series(errors, dtype=pl.String)),
-        "tie_sensitive": (pl.repeat(None, n_s * n_q, dtype=pl.Boolean, eager=True) if tie_sensitive is None
-                          else pl.Series(tie_sensitive.ravel(), dtype=pl.Boolean)),
+        **{name: (pl.repeat(None, n_s * n_q, dtype=pl.Boolean, eager=True) if sensitivity is None
+                  else pl.Series((sensitivity.ravel() & flag) > 0, dtype=pl.Boolean))
+           for name, flag in SENSITIVITY.items()},
     }, schema=OUTCOME_SCHEMA)
 
 

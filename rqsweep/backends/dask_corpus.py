@@ -25,7 +25,7 @@ from rqsweep.backends.dask_cluster import DaskCluster, cluster_errors
 from rqsweep.config import Chunking
 from rqsweep.corpus import Corpus
 from rqsweep.engine.channels import Candidates
-from rqsweep.engine.embed import Embedder
+from rqsweep.engine.embed import Embedder, with_numerics
 from rqsweep.engine.index import Catalog, Index, table_rows
 from rqsweep.engine.index_cache import DEFAULT_MAX_MB, IndexCache
 from rqsweep.engine.pgsort import TieOrder
@@ -36,7 +36,7 @@ from rqsweep.scope import Scope
 def _build_shard(corpus: Corpus, embedder: Callable[[], Embedder], chunking: Chunking, now: datetime,
                  tie_order: TieOrder, cache_dir: Path | None, cache_mb: float) -> Index:
     made = embedder()
-    cache = IndexCache(cache_dir, made.identity, chunking, _worker_warning, cache_mb) if cache_dir else None
+    cache = IndexCache(cache_dir, with_numerics(made.identity, made), chunking, _worker_warning, cache_mb) if cache_dir else None
     index = Index.build(corpus, made, chunking, now=now, tie_order=tie_order, cache=cache)
     index.embedder = None  # queries arrive embedded
     return index

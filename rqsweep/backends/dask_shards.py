@@ -30,8 +30,8 @@ LOST = ("cancelled", "lost")  # a future's status once the cluster cannot give i
 
 
 def _score_shard(extracted: tuple, batch: SettingsBatch, limit: int) -> PositionsAndTies:
-    plans, alternates, _ = extracted
-    return score_plans(stack_both_orders(plans, alternates), batch, limit)
+    plans, alternates, _, nudges = extracted
+    return score_plans(stack_both_orders(plans, alternates, nudges), batch, limit)
 
 
 def _candidates_of(extracted: tuple) -> list[Candidates]:
@@ -42,8 +42,9 @@ class DaskShards:
     """Golden queries split into shards on a Dask cluster: `score(batch)` answers for every query, in order."""
 
     def __init__(self, cluster: DaskCluster, index: Index, queries: Sequence[tuple[str, Sequence[str]]],
-                 vectors: np.ndarray, limit: int, scope: Scope, log: Callable[[str], None]):
+                 vectors: np.ndarray, limit: int, scope: Scope, log: Callable[[str], None], precision: float = 0.0):
         self.client, self.limit, self.scope, self.log = cluster.client, limit, scope, log
+        self.precision = precision  # the embedder's (`precision_of`): the shipped index travels without it
         self.bounds = shard_bounds(len(queries), SHARDS_PER_WORKER * cluster.n_workers)
         self.shares = np.array([b - a for a, b in self.bounds]) / max(len(queries), 1)  # of every query, per shard
         self.queries, self.vectors = queries, vectors
@@ -88,11 +89,12 @@ class DaskShards:
         return self.index_future
 
     def _shard(self, i: int):
-        """Shard `i`'s (plans, alternates, candidates) future, kept on a worker; submitted again once lost."""
+        """Shard `i`'s (plans, alternates, candidates, nudges) future, kept on a worker; submitted again once lost."""
         if self.shards[i] is None:
             a, b = self.bounds[i]
             self.shards[i] = self.client.submit(plan_queries, self._index(), list(self.queries[a:b]),
-                                                self.vectors[a:b], self.limit, self.scope, pure=False)
+                                                self.vectors[a:b], self.limit, self.scope, precision=self.precision,
+                                                pure=False)
         return self.shards[i]
 
     def _each(self, task: Callable[[int], object], indices: Sequence[int], fetch: bool = True

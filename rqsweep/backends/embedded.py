@@ -22,7 +22,8 @@ from rqsweep.corpus import Corpus
 from rqsweep.engine.batch import BothOrders, SettingsBatch, stack_both_orders
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
-                                  OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described)
+                                  OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described, numerics_of,
+                                  precision_of, with_numerics)
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
@@ -41,7 +42,9 @@ class EmbeddedBackend:
     A query is tie-sensitive under a setting when any expected item's position differs between
     PostgreSQL's tie order and plain insertion order (an accident of storage order, not a signal), or
     in a search `SEARCH_DELAY_SECONDS` after the writes (a decayed memory within
-    `delay x ln 2 / half-life` of a neighbour: an accident of timing).
+    `delay x ln 2 / half-life` of a neighbour: an accident of timing). It is numerically sensitive when an
+    expected item's position moves once its cosines move by the embedder's precision (`precision_of`: how far
+    another C library's math moves the local model's cosines): an accident of the machine.
     """
 
     name = "embedded"
@@ -59,7 +62,8 @@ class EmbeddedBackend:
         `owned`: nothing else holds `index`, so its postings go in place before the vector channel runs (else the
         backend keeps a copy without them once every candidate is extracted)."""
         self.index, self.golden, self.limit, self.scope = index, golden, limit, scope
-        self.profile = {**EMBEDDED_PROFILE, "embedder": described(index.embedder)}
+        self.profile = {**EMBEDDED_PROFILE, "embedder": described(index.embedder),
+                        "numerics": numerics_of(index.embedder)}
         self.workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
         self.advance = advance
         self.n_expected = np.array([len(q.expected) for q in golden.queries], np.int64)
@@ -83,7 +87,8 @@ class EmbeddedBackend:
             self.index.embed_vectors()
             self.cluster = self.cluster or DaskCluster(self.workers, log)
             # Candidates are extracted on the cluster, shard by shard, and stay there between batches.
-            self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log)
+            self.shards = DaskShards(self.cluster, self.index, queries, self.vectors, self.limit, self.scope, log,
+                                     precision_of(self.index.embedder))
         else:
             # Every search is made from these candidates (ranked lists re-fuse them), so the postings can go: with
             # `owned`, as soon as the lexical channel is done, before the vectors a build left for later are made,
@@ -95,9 +100,9 @@ class EmbeddedBackend:
                     self.index.drop_postings()
                 self.index.embed_vectors()
 
-            self.plans, self.alternates, self._candidates = plan_queries(
+            self.plans, self.alternates, self._candidates, self.nudges = plan_queries(
                 self.index, queries, self.vectors, self.limit, self.scope, extracting, blocks,
-                lexical_done if local else None)
+                lexical_done if local else None, precision_of(self.index.embedder))
             if local and not owned:
                 self.index = self.index.without_postings()
             self._stacks: dict[int, list[BothOrders]] = {}
@@ -112,11 +117,11 @@ class EmbeddedBackend:
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
         if self.shards is not None:
-            positions, tie = self.shards.score(batch, self.advance)
+            positions, flags = self.shards.score(batch, self.advance)
         else:
-            positions, tie = self._score_here(batch)
+            positions, flags = self._score_here(batch)
         return outcome_frame(settings, [q.id for q in self.golden.queries], positions, self.n_expected,
-                             tie_sensitive=tie)
+                             sensitivity=flags)
 
     def _score_here(self, batch: SettingsBatch) -> PositionsAndTies:
         """In this process, or over local loky processes through joblib, a shard of queries per process."""
@@ -129,8 +134,8 @@ class EmbeddedBackend:
     def _stacked(self, shards: int) -> list[BothOrders]:
         """The plans stacked once per run for `shards` shards of queries: stacking costs more than a batch's pass."""
         if shards not in self._stacks:
-            self._stacks[shards] = (stack_shards(self.plans, self.alternates, shards) if shards > 1
-                                    else [stack_both_orders(self.plans, self.alternates)])
+            self._stacks[shards] = (stack_shards(self.plans, self.alternates, self.nudges, shards) if shards > 1
+                                    else [stack_both_orders(self.plans, self.alternates, self.nudges)])
         return self._stacks[shards]
 
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
@@ -187,7 +192,7 @@ def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
 def index_cache(config: EmbeddedConfig, embedder: Embedder, log: Callable[[str], None]) -> IndexCache | None:
     """The index cache the config names (`cache_dir`/index/), its warnings through `log`; None without a
     cache_dir."""
-    return (IndexCache(config.cache_dir, embedder.identity, config.chunking, lambda w: log(f"warning: {w}"),
+    return (IndexCache(config.cache_dir, with_numerics(embedder.identity, embedder), config.chunking, lambda w: log(f"warning: {w}"),
                        config.index_cache_mb) if config.cache_dir else None)
 
 
@@ -222,7 +227,7 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
             cluster.close()
         raise
     extracting = phase(len(golden.queries), f"{config.name} candidates", "queries")
-    blocks = CandidateBlocks(run_dir, described(index.embedder))
+    blocks = CandidateBlocks(run_dir, with_numerics(described(index.embedder), index.embedder))
     backend = EmbeddedBackend(index, golden, config.limit, config.scope, workers, log, cluster=cluster,
                               advance=advance, extracting=extracting, blocks=blocks, owned=True)
     reused = (f" ({index.rows_reused} reused from the index cache, {index.rows_built} built)" if engine.cache_dir

@@ -10,9 +10,10 @@ from typing import Callable, Sequence
 import numpy as np
 from joblib import Parallel, delayed, parallel_config
 
+from rqsweep.backends.base import NUMERIC_SENSITIVE, TIE_SENSITIVE
 from rqsweep.backends.candidate_blocks import CandidateBlocks
-from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, later_search_changes, plan_query,
-                                  stack_both_orders, stacked_positions, tie_order_changes)
+from rqsweep.engine.batch import (BothOrders, QueryPlan, SettingsBatch, later_search_changes, nudged_plans,
+                                  numeric_changes, plan_query, stack_both_orders, stacked_positions, tie_order_changes)
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.index import Index
 from rqsweep.engine.pgsort import TIE_ORDERS
@@ -20,15 +21,18 @@ from rqsweep.scope import Scope
 
 _EXTRACTION_BLOCK = 256  # queries whose candidates are extracted (and kept) together; progress moves between blocks
 
-PositionsAndTies = tuple[np.ndarray, np.ndarray]  # (settings, queries, keys) positions, (settings, queries) tie sensitivity
+# (settings, queries, keys) positions, (settings, queries) sensitivity flags: TIE_SENSITIVE | NUMERIC_SENSITIVE
+PositionsAndTies = tuple[np.ndarray, np.ndarray]
+Nudges = list[tuple[QueryPlan, QueryPlan] | None]
 
 
 def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vectors: np.ndarray, limit: int,
                  scope: Scope, progress: Callable[[int], None] = lambda _: None,
-                 blocks: CandidateBlocks = CandidateBlocks(None), lexical_done: Callable[[], None] | None = None
-                 ) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates]]:
-    """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), and its
-    candidates in the index's tie order (for `ranked`). One extraction serves both orders, and so does one plan
+                 blocks: CandidateBlocks = CandidateBlocks(None), lexical_done: Callable[[], None] | None = None,
+                 precision: float = 0.0) -> tuple[list[QueryPlan], list[QueryPlan], list[Candidates], Nudges]:
+    """Each (query, expected keys)'s plan in the index's tie order and in the other one (the tie check), its
+    candidates in the index's tie order (for `ranked`), and its plans with the expected items' cosines moved by
+    `precision` (`nudged_plans`: the numerics check; none for exact vectors). One extraction serves both orders, and so does one plan
     when their candidates are the same (they differ only where exact ties decide). Each block of queries is
     read from `blocks` when kept there, else extracted and kept; `progress(n)` hears of each block's n queries
     (a `Progress`). With `lexical_done`, every block's lexical candidates are extracted first, then
@@ -38,6 +42,7 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
     plans: list[QueryPlan] = []
     alternates: list[QueryPlan] = []
     kept: list[Candidates] = []
+    nudges: Nudges = []
     ages = index.memory_age_days()
     blocked = {start: queries[start:start + _EXTRACTION_BLOCK] for start in range(0, len(queries), _EXTRACTION_BLOCK)}
     found = {start: blocks.load(start, len(block)) for start, block in blocked.items()}
@@ -61,19 +66,23 @@ def plan_queries(index: Index, queries: Sequence[tuple[str, Sequence[str]]], vec
             alternates.append(plans[-1] if by_order[other] == candidates
                               else plan_query(by_order[other], expected, ages))
             kept.append(candidates)
+            if precision > 0:
+                nudges.append(nudged_plans(candidates, expected, ages, precision))
         progress(len(block))
-    return plans, alternates, kept
+    return plans, alternates, kept, nudges
 
 
 def score_plans(both: BothOrders, batch: SettingsBatch, limit: int) -> PositionsAndTies:
-    """(settings, queries, keys) positions and (settings, queries) tie sensitivity, every query at once, from
+    """(settings, queries, keys) positions and (settings, queries) sensitivity flags, every query at once, from
     plans stacked once (`stack_both_orders`) and reused for every batch.
 
     Small integer types: results travel back from worker processes, and limit <= 100.
     """
     found = stacked_positions(both.stack, batch, limit)
     tie = tie_order_changes(both, batch, limit, found) | later_search_changes(both, batch, limit, found)
-    return found.astype(np.int16), tie
+    flags = tie.astype(np.uint8) * TIE_SENSITIVE | numeric_changes(both, batch, limit, found) * np.uint8(
+        NUMERIC_SENSITIVE)
+    return found.astype(np.int16), flags
 
 
 def score_in_processes(shards: Sequence[BothOrders], batch: SettingsBatch, limit: int,
@@ -84,9 +93,10 @@ def score_in_processes(shards: Sequence[BothOrders], batch: SettingsBatch, limit
     return join_shards(parts)
 
 
-def stack_shards(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], n_shards: int) -> list[BothOrders]:
+def stack_shards(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan], nudges: Nudges,
+                 n_shards: int) -> list[BothOrders]:
     """`stack_both_orders` of each of `n_shards` contiguous shards of queries (`shard_bounds`)."""
-    return [stack_both_orders(plans[a:b], alternates[a:b]) for a, b in shard_bounds(len(plans), n_shards)]
+    return [stack_both_orders(plans[a:b], alternates[a:b], nudges[a:b]) for a, b in shard_bounds(len(plans), n_shards)]
 
 
 def join_shards(parts: Sequence[PositionsAndTies]) -> PositionsAndTies:

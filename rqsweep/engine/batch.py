@@ -113,6 +113,23 @@ def plan_query(candidates: Candidates, expected: Sequence[set[tuple[str, int]]],
     return QueryPlan(v_pos, l_pos, sims, age, groups, _decayed(age))
 
 
+def nudged_plans(candidates: Candidates, expected: Sequence[set[tuple[str, int]]], memory_age_days: np.ndarray,
+                 delta: float) -> tuple[QueryPlan, QueryPlan] | None:
+    """The query's plans with every expected item's cosine moved up by `delta`, then down (the vector list sorted
+    again each time): the best and the worst case for its expected keys when the vectors' last bits may move a
+    cosine by `delta` against the others. None when no expected item is a vector candidate (nothing to move)."""
+    hits = set().union(*expected)
+    if delta <= 0 or not any((c.source_type, c.row) in hits for c in candidates.vector):
+        return None
+
+    def moved(by: float) -> QueryPlan:
+        vector = [replace(c, score=c.score + by) if (c.source_type, c.row) in hits else c for c in candidates.vector]
+        vector.sort(key=lambda c: -c.score)  # stable: items left equal keep their order
+        return plan_query(Candidates(tuple(vector), candidates.lexical), expected, memory_age_days)
+
+    return moved(delta), moved(-delta)
+
+
 def similarity_floor(plan: QueryPlan, settings: SettingsBatch) -> np.ndarray:
     """`min_similarity`: how many of V's candidates each setting keeps (the inclusive floor keeps a prefix)."""
     return np.searchsorted(-plan.v_similarity, -settings.floor, side="right")
@@ -632,22 +649,30 @@ def _undecided_of(j: np.ndarray, contest: np.ndarray, n_contests: int) -> tuple[
 
 @dataclass(frozen=True)
 class BothOrders:
-    """Queries' plans stacked once for both tie orders and the later search: `stack` in the index's tie order,
-    the other order's plans only for the queries (`differs`) whose candidates exact ties reorder (`alternate`),
-    and the same plans searched `SEARCH_DELAY_DAYS` later (`later`)."""
+    """Queries' plans stacked once for both tie orders, the later search and the numerics: `stack` in the index's
+    tie order, the other order's plans only for the queries (`differs`) whose candidates exact ties reorder
+    (`alternate`), the same plans searched `SEARCH_DELAY_DAYS` later (`later`), and, for the queries (`nudged`)
+    with an expected vector candidate, their plans with its cosine moved up and down (`nudged_plans`)."""
 
     stack: PlanStack
     differs: np.ndarray
     alternate: PlanStack
     later: PlanStack
+    nudged: np.ndarray
+    favoured: PlanStack
+    disfavoured: PlanStack
 
 
-def stack_both_orders(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan]) -> BothOrders:
+def stack_both_orders(plans: Sequence[QueryPlan], alternates: Sequence[QueryPlan],
+                      nudges: Sequence[tuple[QueryPlan, QueryPlan] | None] = ()) -> BothOrders:
     """Stack `plans` and, of `alternates` (the same queries in the other tie order), those that are not the very
-    same plan object (`scoring.plan_queries` shares one plan when both orders' candidates agree)."""
+    same plan object (`scoring.plan_queries` shares one plan when both orders' candidates agree); of `nudges`
+    (per query, `nudged_plans` or None; none at all for exact vectors), those that are given."""
     differs = np.array([q for q, (plan, other) in enumerate(zip(plans, alternates)) if other is not plan], np.int64)
+    nudged = np.array([q for q, pair in enumerate(nudges) if pair is not None], np.int64)
     return BothOrders(stack_plans(plans), differs, stack_plans([alternates[q] for q in differs.tolist()]),
-                      stack_plans([plan.searched_later(SEARCH_DELAY_DAYS) for plan in plans]))
+                      stack_plans([plan.searched_later(SEARCH_DELAY_DAYS) for plan in plans]), nudged,
+                      *(stack_plans([nudges[q][side] for q in nudged.tolist()]) for side in (0, 1)))
 
 
 def tie_order_changes(both: BothOrders, settings: SettingsBatch, limit: int, found: np.ndarray) -> np.ndarray:
@@ -659,6 +684,18 @@ def tie_order_changes(both: BothOrders, settings: SettingsBatch, limit: int, fou
     if len(both.differs):
         other = stacked_positions(both.alternate, settings, limit)
         changed[:, both.differs] = (other != found[:, both.differs, : other.shape[2]]).any(axis=2)
+    return changed
+
+
+def numeric_changes(both: BothOrders, settings: SettingsBatch, limit: int, found: np.ndarray) -> np.ndarray:
+    """(settings, queries) bool: whether some expected key's position differs when its cosines move up or down by
+    the embedder's precision (`nudged_plans`). `found` is `stacked_positions(both.stack, settings, limit)`."""
+    changed = np.zeros((len(settings), len(both.stack.plans)), dtype=bool)
+    if len(both.nudged):
+        here = found[:, both.nudged]
+        for stack in (both.favoured, both.disfavoured):
+            moved = stacked_positions(stack, settings, limit)
+            changed[:, both.nudged] |= (moved != here[:, :, : moved.shape[2]]).any(axis=2)
     return changed
 
 

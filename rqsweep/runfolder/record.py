@@ -172,7 +172,7 @@ def setting_summary(grid: pl.DataFrame, knobs: Knobs, metrics: Sequence[str]) ->
     """run.json's `best` or `baseline`: a setting's knobs and its grid rows, slice by slice."""
     rows = grid.filter(pl.col("setting_id") == knobs.id)
     return {"setting_id": knobs.id, **knobs.columns(),
-            "slices": {r["slice"]: {k: r[k] for k in ("queries", *metrics, "errors", "tie_sensitive")}
+            "slices": {r["slice"]: {k: r[k] for k in ("queries", *metrics, "errors", "tie_sensitive", "numeric_sensitive")}
                        for r in rows.iter_rows(named=True)}}
 
 

@@ -224,7 +224,7 @@ def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Ve
     grid = slice_metrics.join(per_setting, on="setting_id").with_columns(*stamp.columns(True), *stamp.columns(False))
     return grid.select(
         *stamp.names(True), "setting_id", *KNOBS, "slice", "queries",
-        *metric_names, "errors", "tie_sensitive", "feasible", "violations", "is_baseline", "is_best",
+        *metric_names, "errors", "tie_sensitive", "numeric_sensitive", "feasible", "violations", "is_baseline", "is_best",
         "evaluation_order", *stamp.names(False),
     ).sort("evaluation_order", "slice")
 
@@ -247,7 +247,8 @@ def query_table(scored: pl.DataFrame, golden: pl.DataFrame, metric_names: Sequen
     return (scored.join(golden, on="query_id", how="left", maintain_order="left")
             .with_columns(stamp.columns(True))
             .select(*stamp.names(True), "setting_id", *KNOBS, "query_id", "slice",
-                    "query", "expected", "grades", "positions", "rank", *metric_names, "error", "tie_sensitive"))
+                    "query", "expected", "grades", "positions", "rank", *metric_names, "error", "tie_sensitive",
+                    "numeric_sensitive"))
 
 
 HITS_SCHEMA = {  # after the stamp's front columns

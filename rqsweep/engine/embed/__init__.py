@@ -6,7 +6,8 @@ Every embedder returns float32 rows exactly as pgvector would store them (`to_pg
 from rqsweep.engine.embed.cache import CachedEmbedder
 from rqsweep.engine.embed.feature_hash import FeatureHashEmbedder, fnv1a32, js_lower, tokens
 from rqsweep.engine.embed.local import LocalEmbedder
-from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, described, to_pgvector_float32
+from rqsweep.engine.embed.protocol import (Embedder, EmbeddingError, described, numerics_of, precision_of,
+                                           to_pgvector_float32, with_numerics)
 from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder
 
 __all__ = [
@@ -19,8 +20,11 @@ __all__ = [
     "OpenAIEmbedder",
     "RemoteEmbedder",
     "described",
+    "numerics_of",
+    "precision_of",
     "fnv1a32",
     "js_lower",
     "tokens",
     "to_pgvector_float32",
+    "with_numerics",
 ]

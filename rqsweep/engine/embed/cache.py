@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rqsweep.engine.embed.protocol import Embedder, EmbeddingError
+from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, numerics_of, precision_of, with_numerics
 
 _LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
 _BUSY_TIMEOUT_S = 60.0
@@ -32,7 +32,8 @@ class CachedEmbedder:
 
     def __init__(self, inner: Embedder, cache_dir: Path) -> None:
         self.inner = inner
-        self.path = Path(cache_dir) / cache_file_name(inner.identity)
+        key = with_numerics(inner.identity, inner)
+        self.path = Path(cache_dir) / cache_file_name(key)
         self.hits = 0
         self.misses = 0
         self._queries: CachedEmbedder | None = None
@@ -41,15 +42,23 @@ class CachedEmbedder:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute("CREATE TABLE IF NOT EXISTS vectors "
                          "(sha256 BLOB PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID")
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('identity', ?)", (inner.identity,))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('identity', ?)", (key,))
             (stored,) = conn.execute("SELECT value FROM meta WHERE key = 'identity'").fetchone()
-        if stored != inner.identity:
-            raise EmbeddingError(f"embedding cache {self.path} belongs to {stored!r}, not {inner.identity!r}")
+        if stored != key:
+            raise EmbeddingError(f"embedding cache {self.path} belongs to {stored!r}, not {key!r}")
 
     @property
     def identity(self) -> str:
         """The inner embedder's: the cache changes where vectors come from, never what they are."""
         return self.inner.identity
+
+    @property
+    def numerics(self) -> str | None:
+        return numerics_of(self.inner)
+
+    @property
+    def precision(self) -> float:
+        return precision_of(self.inner)
 
     @property
     def queries(self) -> CachedEmbedder:

@@ -42,6 +42,26 @@ def described(embedder: Embedder) -> str:
     return embedder.identity if queries == embedder.identity else f"{embedder.identity} (queries: {queries})"
 
 
+def numerics_of(embedder: Embedder) -> str | None:
+    """What besides the model changes its vectors' last bits on this machine (an embedder's optional `numerics`:
+    for the local model, the C library's math); None where the arithmetic is exact (the feature hash) or not
+    ours to see (a provider's server)."""
+    return getattr(embedder, "numerics", None)
+
+
+def precision_of(embedder: Embedder) -> float:
+    """How far a cosine of this embedder's vectors may move with the numerics alone (an embedder's optional
+    `precision`); 0 where the vectors are the same on every machine."""
+    return getattr(embedder, "precision", 0.0)
+
+
+def with_numerics(identity: str, embedder: Embedder) -> str:
+    """`identity` keyed by the embedder's numerics too: a cache or a resumed start never mixes vectors made with
+    another C library's math."""
+    numerics = numerics_of(embedder)
+    return identity if numerics is None else f"{identity}/{numerics}"
+
+
 class EmbeddingError(BackendError):
     """An embedding provider was unreachable or answered something unusable."""
 
