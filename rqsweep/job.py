@@ -44,6 +44,7 @@ from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
 from rqsweep.validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
+from rqsweep.verdict import decide
 
 
 @dataclass
@@ -380,14 +381,22 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
     write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
     label = metrics.get(config.objective.metric).label
-    held_out = [] if done.validation is None else summary_lines(done.validation, label)
+    # Without cross-validation the verdict tests the best against the baseline in sample, on their rows.
+    pair = [sid for sid in (done.best, sweep.baseline_id) if sid is not None]
+    in_sample = (pl.scan_parquet(run_dir / QUERIES).filter(pl.col("setting_id").is_in(pair))
+                 .select("setting_id", "query_id", "error", config.objective.metric).collect())
+    verdict = decide(done.best, sweep.baseline_id, done.routing, in_sample, config.objective.metric, label)
+    decision = {**verdict.as_json(), "lines": verdict.lines(label)}
+    held_out = [*decision["lines"], *([] if done.validation is None else summary_lines(done.validation, label))]
     if done.routing is not None:
-        routing = done.routing.record(run_id)
+        routing = {**done.routing.record(run_id), "decision": decision}
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out)
     scored = time.monotonic()
+    record = replace(record, decision=decision)
+    record.write(run_dir)
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
     write_report(run_dir, finished=False, phase=progress.phase, noise=done.noise)
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume

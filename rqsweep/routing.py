@@ -61,7 +61,8 @@ class Routing:
 
     Per query (in `query_ids`' order): its slice, and the objective metric's value at the baseline, at the
     global setting its outer fold chose and at the setting its fold's routing sent it with; `paired` marks the
-    queries whose searches succeeded for all three, the ones every held-out figure averages.
+    queries whose searches succeeded for all three, the ones every held-out figure averages; `rerouted` the queries
+    whose fold routed their slice.
     """
 
     objective: tuple[str, str]
@@ -78,6 +79,7 @@ class Routing:
     global_values: np.ndarray
     routed_values: np.ndarray
     paired: np.ndarray
+    rerouted: np.ndarray  # per query: its fold's routing sent its slice elsewhere than the fold's global setting
 
     def members(self, slice_: str) -> np.ndarray:
         slices = np.array(self.slice_of)
@@ -234,4 +236,4 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     paired = ok[base_at, columns] & ok[global_at, columns] & ok[routed_at, columns]
     return Routing(objective, baseline, sums.folds, sums.seed, global_setting, routes, fold_globals, fold_routes,
                    list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
-                   values[0, routed_at, columns], paired)
+                   values[0, routed_at, columns], paired, routed_at != global_at)

@@ -326,18 +326,20 @@ def test_the_metrics_list_adds_registry_metrics_to_the_grid_and_the_query_table(
     assert (joined["ndcg_at_10"] - joined["want"]).abs().max() < 1e-12
 
 
-def test_the_held_out_gain_is_printed_first_and_kept_in_run_json(tmp_path, capsys):
+def test_the_verdict_is_printed_first_then_the_held_out_gain_and_both_are_kept_in_run_json(tmp_path, capsys):
     from rqsweep import cli
 
     config = write_job(tmp_path / "job", validation={"folds": 3, "seed": 1}, constraints=[])
     assert cli.main([str(config), "--quiet"]) == 0
     out = capsys.readouterr().out
-    first = out.splitlines()[0]
-    assert first.startswith("Held-out gain (3-fold CV, stratified by slice): overall MRR ")
-    assert out.index("Held-out gain") < out.index("Best feasible setting") and ", in-sample)" in out
+    assert out.splitlines()[0].startswith("Verdict: ")
+    assert out.index("Held-out gain (3-fold CV, stratified by slice): overall MRR ") < out.index(
+        "Best feasible setting, in sample: ")
     run_dir = Path(out.split("Results: ")[1].splitlines()[0])
-    validation = json.loads((run_dir / "run.json").read_text())["validation"]
-    assert validation["folds"] == 3 and validation["seed"] == 1
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["validation"]["folds"] == 3 and record["validation"]["seed"] == 1
+    assert record["decision"]["lines"][0] == out.splitlines()[0] and record["decision"]["held_out"] is True
+    assert (run_dir / "report.md").read_text().split("\n\n")[1] == out.splitlines()[0]
 
 
 def test_validation_false_turns_the_estimate_off(tmp_path, capsys):
@@ -346,4 +348,4 @@ def test_validation_false_turns_the_estimate_off(tmp_path, capsys):
     config = write_job(tmp_path / "job", validation=False, constraints=[])
     assert cli.main([str(config), "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "Held-out" not in out and out.startswith("Best feasible setting")
+    assert "Held-out" not in out and out.startswith("Verdict: ") and "\nBest feasible setting, in sample" in out

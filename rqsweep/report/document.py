@@ -18,6 +18,7 @@ from rqsweep.report.noise import noise_blocks
 from rqsweep.report.routing import routing_blocks
 from rqsweep.report.held_out import gain_table, run_cross_validation
 from rqsweep.report.recency import ASSUMPTION, recency_cost
+from rqsweep.report.summary import SENSITIVE
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
 from rqsweep.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
@@ -33,17 +34,32 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
              f"on {slice_} · golden set {run.golden or 'unknown'}")
     base = format_cell(metric, run.slice_rows(run.baseline)[slice_][metric])
     if run.best is None:
-        decision = (f"No feasible setting: every evaluated setting violates a constraint. The tables below are "
-                    f"anchored at the baseline, {run.label(run.baseline)}.")
+        best_line = (f"No feasible setting: every evaluated setting violates a constraint. The tables below are "
+                     f"anchored at the baseline, {run.label(run.baseline)}.")
     else:
         best = format_cell(metric, run.slice_rows(run.best)[slice_][metric])
-        decision = (f"Best feasible setting: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
-                    f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
+        best_line = (f"Best feasible setting in sample: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
+                     f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
     held_out = [Paragraph(summary_lines(cv, metric_label(metric))[0])] if cv else []
     source = (f"Rankings from {describe_profile(run.server_profile)}." if run.server_profile else
               "Rankings from a backend this run did not record (written before rqsweep kept a server profile).")
-    return [Heading(f"rqsweep report: {run.name}", 1), Paragraph(source), Paragraph(facts), Paragraph(decision),
-            *held_out, *(Paragraph(f"Warning: {w}.") for w in run.warnings)]
+    return [Heading(f"rqsweep report: {run.name}", 1), *_verdict(run), Paragraph(source), Paragraph(facts),
+            Paragraph(best_line), *held_out, *(Paragraph(f"Warning: {w}.") for w in run.warnings)]
+
+
+def _verdict(run: RunFolder) -> list[Block]:
+    """The decision first (`verdict`), and the table a caller applies: a setting per slice."""
+    decision = run.record.decision
+    if not isinstance(decision, dict):
+        return []
+    blocks: list[Block] = [Paragraph(line) for line in decision["lines"]]
+    routes = decision.get("routes") or {}
+    if routes:
+        applied = [{"slice": s, "setting": run.label(routes[s]["setting_id"] if s in routes
+                                                     else decision["setting_id"]),
+                    "routed": "yes" if s in routes else "no"} for s in run.slices if s != OVERALL]
+        blocks.append(Table(pl.DataFrame(applied), note="The setting each slice's queries are sent with."))
+    return blocks
 
 
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
@@ -71,10 +87,10 @@ def _comparison(run: RunFolder) -> list[Block]:
     if run.best is None:
         frame = frame.select("slice", "queries", *(f"{metric_label(m)} baseline" for m in run.metrics))
     notes = ["Δ = best − baseline. Failed searches are left out of every metric."]
-    ties = [f"{s} {r['tie_sensitive']}" for s, r in run.slice_rows(run.chosen).items()
-            if s != OVERALL and r.get("tie_sensitive")]
-    if ties:
-        notes.append("Queries whose rank at this setting depends on storage tie order: " + ", ".join(ties) + ".")
+    for flag, what in SENSITIVE.items():
+        counts = [f"{s} {r[flag]}" for s, r in run.slice_rows(run.chosen).items() if s != OVERALL and r.get(flag)]
+        if counts:
+            notes.append(f"{what} at this setting: " + ", ".join(counts) + ".")
     title = "Best feasible setting beside the baseline" if run.best else "The baseline (no feasible setting)"
     return [Heading(title), Table(frame, note=" ".join(notes))]
 

@@ -70,6 +70,12 @@ class RunFolder:
     def chosen(self) -> str:
         return self.best or self.baseline
 
+    @property
+    def decided(self) -> str:
+        """The verdict's setting (`verdict`): what a team deploys; the chosen one in a run written before it."""
+        decision = self.record.decision
+        return decision["setting_id"] if isinstance(decision, dict) else self.chosen
+
     @cached_property
     def slices(self) -> list[str]:
         """The golden set's slices, sorted, then `overall`."""

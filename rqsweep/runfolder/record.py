@@ -81,6 +81,9 @@ class RunRecord:
     best: dict | None = _finish()  # {setting_id, knobs, slices: {slice: {queries, metrics, errors, tie_sensitive}}}
     baseline: dict | str | None = _finish()  # the same for the baseline; its id in a sweep over several embedders
     validation: dict | None = _finish()  # the held-out estimate (`CrossValidation.as_json`); null when off
+    # What to deploy and the test it rests on (`verdict.Verdict.as_json`): written as soon as it is made, so that
+    # the run's own report, written before the folder is marked complete, states it.
+    decision: dict | None = _start(when="given")
     # A sweep over several embedders (`embedder_sweep`, which writes its own record's keys): each embedder's run
     # folder, best and counts, and the setting feasible under every embedder with the best worst objective.
     per_embedder: dict | None = _start(when="given")
