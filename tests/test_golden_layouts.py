@@ -85,6 +85,17 @@ def test_every_unsupported_golden_input_names_the_file_and_the_formats_read(tmp_
     refused(capsys, config, *words)
 
 
+# Issue 35: CSV files that read wrong without a word (another column than meant, a default id, "got None").
+@pytest.mark.parametrize("content, words", [
+    ("id,slice,query,expected,query\nd1,document,vpn certificate expired,doc-vpn,standing desk\n",
+     ["queries.csv: line 1", "column 'query' is named twice (columns 3 and 5)"]),
+])
+def test_a_csv_that_would_read_wrong_is_refused_naming_line_and_column(tmp_path, capsys, content, words):
+    config = job(tmp_path, golden="queries.csv")
+    (tmp_path / "queries.csv").write_text(content)
+    refused(capsys, config, *words)
+
+
 def test_a_folder_that_is_not_beir_is_refused_naming_what_is_missing(tmp_path, capsys):
     config = job(tmp_path, golden="pages")
     (tmp_path / "pages").mkdir()

@@ -65,6 +65,11 @@ def read_table(path: Path, raw: bytes) -> Layout:
     unknown = [h for h in header if h not in FIELDS]
     if unknown:
         raise InputError(path, "line 1", f"unknown column {shown(unknown[0])} (allowed: {', '.join(FIELDS)})")
+    twice = [n for n, h in enumerate(header, 1) if h in header[:n - 1]]
+    if twice:  # DictReader would keep the last column of that name, silently
+        name = header[twice[0] - 1]
+        raise InputError(path, "line 1", f"column {shown(name)} is named twice (columns {header.index(name) + 1} and "
+                                         f"{twice[0]})")
     reader.fieldnames = header
     rows = []
     for i, cells in enumerate(reader):
