@@ -247,6 +247,14 @@ def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     refused(capsys, config, "job.yaml: relevance_level: 4: no expected item of qrels.txt is graded 4 or more")
 
 
+def test_a_headerless_beir_qrels_line_with_a_score_of_1_0_is_refused_not_taken_for_a_header(tmp_path, capsys):
+    # Read as a header, its judgement was dropped and the warning said its query was not judged.
+    qrels = write_beir(tmp_path / "beir", header=False) / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text().replace("\t2\n", "\t1.0\n", 1))
+    config = job(tmp_path, corpus=None, golden="beir")
+    refused(capsys, config, "test.tsv: line 1.score: expected an integer relevance grade, got '1.0'")
+
+
 def test_a_beir_corpus_error_names_its_line(tmp_path, capsys):
     write_beir(tmp_path / "beir")
     with (tmp_path / "beir" / "corpus.jsonl").open("a") as f:

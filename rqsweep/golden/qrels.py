@@ -8,9 +8,10 @@ from pathlib import Path
 from rqsweep.corpus import corpus_from_rows
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.golden.rows import Layout, Row, decode, grade, is_grade, read_raw, unsupported
+from rqsweep.golden.rows import Layout, Row, decode, grade, read_raw, unsupported
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
+_HEADER_CELL = re.compile(r"[A-Za-z][A-Za-z_ -]*")
 
 
 def _lines(path: Path, raw: bytes) -> list[tuple[int, str]]:
@@ -64,8 +65,8 @@ def read_beir(folder: Path, split: str) -> Layout:
     where = {}
     for n, line in _lines(qrels_path, qrels_raw):
         cells = line.split("\t")
-        if n == 1 and not is_grade(cells[-1]):
-            continue  # the header: query-id, corpus-id, score
+        if n == 1 and _HEADER_CELL.fullmatch(cells[-1].strip()):
+            continue  # the header (query-id, corpus-id, score): a judgement's score is a number, `1.0` too
         if len(cells) != 3:
             raise InputError(qrels_path, f"line {n}", f"expected query-id<TAB>corpus-id<TAB>score, got {shown(line)}")
         qid = cells[0].strip()
