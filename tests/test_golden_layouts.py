@@ -236,6 +236,14 @@ def test_a_hand_edited_grade_that_is_no_integer_is_refused_naming_its_line(tmp_p
     refused(capsys, config, "qrels.txt: line 2", f"expected an integer relevance grade, got '{cell}'")
 
 
+@pytest.mark.parametrize("grade", ["99999999999999999999", "9223372036854775808", "-9223372036854775809"])
+def test_a_grade_beyond_64_bits_is_refused_by_the_dry_run(tmp_path, capsys, grade):
+    # It passed --dry-run, then the run died in polars (an Int64 column) with a traceback.
+    config = job(tmp_path, golden="queries.csv")
+    (tmp_path / "queries.csv").write_text(f"query,expected\nvpn,doc-vpn={grade};doc-laptop=1\n")
+    refused(capsys, config, f"queries.csv: line 2.expected.doc-vpn: {grade}: a relevance grade must fit in 64 bits")
+
+
 def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     (tmp_path / "qrels.txt").write_text("d1 0 doc-vpn 3\nt1 0 doc-vpn 1\n")
     (tmp_path / "topics.txt").write_text("d1\tvpn certificate expired\nt1\tVPN-4012\n")

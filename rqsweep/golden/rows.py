@@ -66,10 +66,14 @@ def is_grade(cell: str) -> bool:
     return re.fullmatch(r"\s*-?[0-9]+\s*", cell) is not None
 
 
+_GRADES = range(-2**63, 2**63)  # what the runs' Int64 columns hold
+
+
 def grade(value: object, path: Path, where: str) -> int:
     """A relevance grade: an integer (qrels write them as text)."""
-    if isinstance(value, str) and is_grade(value):
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    number = int(value) if isinstance(value, str) and is_grade(value) else value
+    if isinstance(number, bool) or not isinstance(number, int):
         raise InputError(path, where, f"expected an integer relevance grade, got {shown(value)}")
-    return value
+    if number not in _GRADES:
+        raise InputError(path, where, f"{number}: a relevance grade must fit in 64 bits (-2**63 to 2**63 - 1)")
+    return number
