@@ -112,6 +112,18 @@ def test_a_future_updated_at_and_an_empty_glob_are_refused(tmp_path, capsys):
         assert all(w in err for w in words), err
 
 
+@pytest.mark.parametrize("glob, where", [
+    ("/abs/**/*.md", "corpus.glob: '/abs/**/*.md'"),  # was a NotImplementedError traceback (item 14)
+    (["**/*.md", "../*.md"], "corpus.glob[1]: '../*.md'"),  # read the files beside the folder as pages (item 22)
+])
+def test_a_glob_that_leaves_the_corpus_folder_is_refused(tmp_path, capsys, glob, where):
+    pages(tmp_path / "pages")
+    (tmp_path / "outside.md").write_text("Not a page of the corpus.\n")
+    assert main([str(folder_job(tmp_path, GOLDEN, glob=glob)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"job.yaml: {where}: a glob is matched inside the corpus folder" in err, err
+
+
 def test_documents_and_memories_from_json_lines(tmp_path, capsys):
     rows = [{"key": k, "path": p, "content": c} for k, p, c in DOCUMENTS[:2]]
     rows.append({"source_type": "memory", "key": "m1", "content": "The pager is +1 555 0199.", "age_days": 2,
