@@ -124,6 +124,17 @@ def test_a_glob_that_leaves_the_corpus_folder_is_refused(tmp_path, capsys, glob,
     assert f"job.yaml: {where}: a glob is matched inside the corpus folder" in err, err
 
 
+@pytest.mark.parametrize("target, words", [("nowhere.md", "No such file or directory"),
+                                           ("link.md", "Too many levels of symbolic links")])
+def test_a_dangling_or_looping_link_among_the_pages_is_refused_naming_it(tmp_path, capsys, target, words):
+    # They were dropped without a word: the run searched a corpus without the page the link stood for.
+    pages(tmp_path / "pages")
+    (tmp_path / "pages" / "link.md").symlink_to(target)
+    assert main([str(folder_job(tmp_path, GOLDEN)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"link.md: cannot read page: {words} (a symbolic link to '{target}')" in err, err
+
+
 def test_documents_and_memories_from_json_lines(tmp_path, capsys):
     rows = [{"key": k, "path": p, "content": c} for k, p, c in DOCUMENTS[:2]]
     rows.append({"source_type": "memory", "key": "m1", "content": "The pager is +1 555 0199.", "age_days": 2,

@@ -9,6 +9,7 @@ any day and `--resume` finds its inputs unchanged.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime
 from pathlib import Path
@@ -74,7 +75,8 @@ def _page(file: Path, key: str) -> tuple[Document | None, tuple[str, str, dict, 
     except UnicodeDecodeError as exc:
         raise InputError(file, "", f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise InputError(file, "", f"cannot read page: {exc.strerror}") from None
+        link = f" (a symbolic link to {shown(os.readlink(file))})" if file.is_symlink() else ""
+        raise InputError(file, "", f"cannot read page: {exc.strerror}{link}") from None
     meta, body = _split_front_matter(text, file)
     content = body.strip("\n")
     if not content.strip():
@@ -101,7 +103,9 @@ def _page(file: Path, key: str) -> tuple[Document | None, tuple[str, str, dict, 
 
 def read_pages(folder: Path, files: CorpusFiles) -> Corpus:
     """Every page the globs match under `folder` (sorted by key), as documents or memories."""
-    matched = sorted({p for pattern in files.glob for p in folder.glob(pattern) if p.is_file()})
+    # A link that leads nowhere (dangling, or a loop) is kept, so that reading it says so.
+    matched = sorted({p for pattern in files.glob for p in folder.glob(pattern)
+                      if p.is_file() or p.is_symlink() and not p.exists()})
     if not matched:
         raise InputError(folder, "", f"no page matches {', '.join(files.glob)} in this folder")
     docs, pending = [], []
