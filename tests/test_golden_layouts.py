@@ -89,11 +89,23 @@ def test_every_unsupported_golden_input_names_the_file_and_the_formats_read(tmp_
 @pytest.mark.parametrize("content, words", [
     ("id,slice,query,expected,query\nd1,document,vpn certificate expired,doc-vpn,standing desk\n",
      ["queries.csv: line 1", "column 'query' is named twice (columns 3 and 5)"]),
+    # An empty id took the default q0002 of its row, another row's id: the duplicate named the other line.
+    ("id,slice,query,expected\nq0002,document,vpn,doc-vpn\n,document,backups,doc-backup\n",
+     ["queries.csv: line 3.id: no id, where line 2 has one"]),
+    ("id,slice,query,expected\nd1,document,,doc-vpn\n", ["queries.csv: line 2.query: the cell is empty"]),
+    ("id,slice,query,expected\nd1,document,vpn,\n", ["queries.csv: line 2.expected: the cell is empty"]),
 ])
 def test_a_csv_that_would_read_wrong_is_refused_naming_line_and_column(tmp_path, capsys, content, words):
     config = job(tmp_path, golden="queries.csv")
     (tmp_path / "queries.csv").write_text(content)
     refused(capsys, config, *words)
+
+
+def test_yaml_rows_give_every_query_an_id_or_none(tmp_path, capsys):
+    config = job(tmp_path)
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n"
+                                          "- {id: q0001, slice: a, query: backups, expected: doc-backup}\n")
+    refused(capsys, config, "golden.yaml: [0].id: no id, where [1] has one")
 
 
 def test_a_folder_that_is_not_beir_is_refused_naming_what_is_missing(tmp_path, capsys):

@@ -25,12 +25,21 @@ def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, s
     return [(None, k, g) for k, g in items]
 
 
-def _row(row: object, i: int, path: Path, where: str) -> Row:
+def _rows(rows: list[tuple[object, str]], path: Path) -> list[Row]:
+    """Rows of (row, where it is). Every row gives an id, or none does: a default id (q0001, ...) could be
+    another row's."""
+    named = next((where for row, where in rows if isinstance(row, dict) and "id" in row), None)
+    return [_row(row, i, path, where, named) for i, (row, where) in enumerate(rows)]
+
+
+def _row(row: object, i: int, path: Path, where: str, named: str | None) -> Row:
     if not isinstance(row, dict):
         raise InputError(path, where, f"expected a mapping, got {shown(row)}")
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise InputError(path, f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(FIELDS)})")
+    if named and "id" not in row:
+        raise InputError(path, f"{where}.id", f"no id, where {named} has one: give every row an id, or none")
     qid = row.get("id", f"q{i + 1:04d}")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool):
         raise InputError(path, f"{where}.id", f"expected a string, got {shown(qid)}")
@@ -43,7 +52,7 @@ def read_rows(path: Path, data: object, raw: bytes) -> Layout:
     """rqsweep's rows, as YAML or JSON (lines) gave them."""
     if not isinstance(data, list):
         raise unsupported(path, f"expected a list of {{id?, slice, query, expected}} rows, got {shown(data, 40)}")
-    return Layout("rqsweep", [_row(row, i, path, f"[{i}]") for i, row in enumerate(data)], None, [raw])
+    return Layout("rqsweep", _rows([(row, f"[{i}]") for i, row in enumerate(data)], path), None, [raw])
 
 
 def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
@@ -72,15 +81,18 @@ def read_table(path: Path, raw: bytes) -> Layout:
                                          f"{twice[0]})")
     reader.fieldnames = header
     rows = []
-    for i, cells in enumerate(reader):
+    for cells in reader:
         where = f"line {reader.line_num}"
         if None in cells:
             raise InputError(path, where, f"{len(header) + len(cells[None])} cells, the header names {len(header)}")
         row = {k: v.strip() for k, v in cells.items() if v is not None and v.strip()}
+        empty = [c for c in ("query", "expected") if c not in row]
+        if empty:
+            raise InputError(path, f"{where}.{empty[0]}", "the cell is empty")
         if "expected" in row:
             keys = row["expected"]
             row["expected"] = _split_keys(keys)
             if isinstance(row["expected"], list) and "=" in keys:
                 raise InputError(path, f"{where}.expected", f"{shown(keys)}: grade every key (key=grade) or none")
-        rows.append(_row(row, i, path, where))
-    return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", rows, None, [raw])
+        rows.append((row, where))
+    return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", _rows(rows, path), None, [raw])
