@@ -94,6 +94,10 @@ def test_every_unsupported_golden_input_names_the_file_and_the_formats_read(tmp_
      ["queries.csv: line 3.id: no id, where line 2 has one"]),
     ("id,slice,query,expected\nd1,document,,doc-vpn\n", ["queries.csv: line 2.query: the cell is empty"]),
     ("id,slice,query,expected\nd1,document,vpn,\n", ["queries.csv: line 2.expected: the cell is empty"]),
+    # Excel's CSV where ',' is the decimal comma: was "names no query and no expected column".
+    ("id;slice;query;expected\nd1;document;vpn;doc-vpn\n",
+     ["queries.csv: line 1: the header 'id;slice;query;expected' separates its columns with ';'",
+      "a .csv file's columns are separated by ','"]),
 ])
 def test_a_csv_that_would_read_wrong_is_refused_naming_line_and_column(tmp_path, capsys, content, words):
     config = job(tmp_path, golden="queries.csv")

@@ -65,10 +65,18 @@ def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
 
 def read_table(path: Path, raw: bytes) -> Layout:
     """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id and slice optional."""
-    reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter=delimiter)
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in ("query", "expected") if c not in header]
     if missing:
+        line = delimiter.join(header)
+        other = next((s for s in ";,\t" if s != delimiter and {"query", "expected"} <= {c.strip() for c in
+                                                                                     line.split(s)}), None)
+        if other:
+            raise InputError(path, "line 1", f"the header {shown(line, 60)} separates its columns with {other!r}: a "
+                                             ".csv file's columns are separated by ',' and a .tsv file's by tabs (';' "
+                                             "separates the keys of an expected cell)")
         raise unsupported(path, f"line 1: the header {shown(','.join(header), 60)} names no {' and no '.join(missing)} "
                                 "column")
     unknown = [h for h in header if h not in FIELDS]
