@@ -88,6 +88,9 @@ def test_as_of_and_the_glob_are_the_configs_and_the_hash_follows_the_pages(tmp_p
     ("bad.md", "---\nmemory: facts\nage_days: -1\n---\ntext\n",
      ["bad.md: front matter.age_days", "expected a finite number >= 0, got -1"]),
     ("bad.md", "---\nmemory: facts\nage_days: .inf\n---\ntext\n", ["bad.md: front matter.age_days", "got inf"]),
+    # Was "only a memory has an age: add `memory: STORE`", to a page that has `memory:` (issue 35, item 22).
+    ("bad.md", "---\nmemory:\nage_days: 3\n---\ntext\n",
+     ["bad.md: front matter.memory: is empty: give it a value, or remove the key"]),
     ("bad.md", "---\ntitle: Empty\n---\n\n", ["bad.md", "no content"]),
     ("bad.md", b"\xff\xfe", ["bad.md", "not UTF-8"]),
 ])

@@ -55,6 +55,8 @@ def _split_front_matter(text: str, file: Path) -> tuple[dict, str]:
 
 def _string(meta: dict, key: str, file: Path) -> str | None:
     value = meta.get(key)
+    if value is None and key in meta:  # `memory:` with nothing after it would make the page a document
+        raise InputError(file, f"front matter.{key}", "is empty: give it a value, or remove the key")
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise InputError(file, f"front matter.{key}", f"expected a non-empty string, got {shown(value)}")
     return value
