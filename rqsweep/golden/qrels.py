@@ -19,14 +19,14 @@ def _lines(path: Path, raw: bytes) -> list[tuple[int, str]]:
 
 
 def _judged(qrels: dict[str, list[tuple[str, int]]], queries: dict[str, tuple[str, dict]], where: dict[str, str],
-            qrels_path: Path, queries_path: Path) -> tuple[list[Row], int]:
-    """Rows for the judged queries, in the queries file's order, and how many queries have no qrels."""
+            qrels_path: Path, queries_path: Path) -> tuple[list[Row], tuple[str, ...]]:
+    """Rows for the judged queries, in the queries file's order, and the ids of the queries without qrels."""
     for qid in qrels:
         if qid not in queries:
             raise InputError(qrels_path, where[qid], f"query {shown(qid)} is judged but not in {queries_path.name}")
     rows = [Row(qrels_path, f"query {qid}", qid, None, text, [(None, key, g) for key, g in qrels[qid]], fields)
             for qid, (text, fields) in queries.items() if qid in qrels]
-    return rows, len(queries) - len(rows)
+    return rows, tuple(qid for qid in queries if qid not in qrels)
 
 
 def _beir_rows(path: Path, what: str) -> tuple[bytes, list[dict]]:

@@ -33,7 +33,7 @@ class Layout:
     rows: list[Row]
     corpus: Corpus | None  # when the layout carries its corpus
     raw: list[bytes]  # every file read, in a fixed order: what the golden set's hash covers
-    unjudged: int = 0  # queries of a qrels layout's queries file that its qrels do not judge (not run)
+    unjudged: tuple[str, ...] = ()  # ids of a qrels layout's queries that its qrels do not judge (not run)
 
 
 def read_raw(path: Path) -> bytes:
