@@ -91,7 +91,6 @@ def test_as_of_and_the_glob_are_the_configs_and_the_hash_follows_the_pages(tmp_p
     # Was "only a memory has an age: add `memory: STORE`", to a page that has `memory:` (issue 35, item 22).
     ("bad.md", "---\nmemory:\nage_days: 3\n---\ntext\n",
      ["bad.md: front matter.memory: is empty: give it a value, or remove the key"]),
-    ("bad.md", "---\ntitle: Empty\n---\n\n", ["bad.md", "no content"]),
     ("bad.md", b"\xff\xfe", ["bad.md", "not UTF-8"]),
 ])
 def test_bad_pages_are_refused_naming_the_page(tmp_path, capsys, name, content, words):
@@ -104,6 +103,20 @@ def test_bad_pages_are_refused_naming_the_page(tmp_path, capsys, name, content, 
     assert code == 2, err
     for word in words:
         assert word in err
+
+
+def test_an_empty_page_is_skipped_with_a_warning(tmp_path, capsys):
+    # It stopped the whole run (issue 35, item 22); it has nothing to search.
+    pages(tmp_path / "pages")
+    (tmp_path / "pages" / "empty.md").write_text("---\ntitle: Empty\n---\n\n")
+    (tmp_path / "pages" / "blank.txt").write_text(" \n")
+    assert main([str(folder_job(tmp_path, GOLDEN)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "corpus: 3 documents, 3 memories" in out
+    assert "warning: 2 pages have no content and are not searched (first: 'blank.txt')" in out
+    config = folder_job(tmp_path, GOLDEN, glob=["empty.md", "blank.txt"])
+    assert main([str(config), "--dry-run"]) == 2
+    assert "pages: every page that empty.md, blank.txt match here has no content" in capsys.readouterr().err
 
 
 def test_a_future_updated_at_and_an_empty_glob_are_refused(tmp_path, capsys):
