@@ -92,8 +92,8 @@ def test_every_unsupported_golden_input_names_the_file_and_the_formats_read(tmp_
     # An empty id took the default q0002 of its row, another row's id: the duplicate named the other line.
     ("id,slice,query,expected\nq0002,document,vpn,doc-vpn\n,document,backups,doc-backup\n",
      ["queries.csv: line 3.id: no id, where line 2 has one"]),
-    ("id,slice,query,expected\nd1,document,,doc-vpn\n", ["queries.csv: line 2.query: the cell is empty"]),
-    ("id,slice,query,expected\nd1,document,vpn,\n", ["queries.csv: line 2.expected: the cell is empty"]),
+    ("id,slice,query,expected\nd1,document,,doc-vpn\n", ["queries.csv: line 2.query: is empty or missing"]),
+    ("id,slice,query,expected\nd1,document,vpn,\n", ["queries.csv: line 2.expected: is empty or missing"]),
     # Excel's CSV where ',' is the decimal comma: was "names no query and no expected column".
     ("id;slice;query;expected\nd1;document;vpn;doc-vpn\n",
      ["queries.csv: line 1: the header 'id;slice;query;expected' separates its columns with ';'",
@@ -110,6 +110,10 @@ def test_yaml_rows_give_every_query_an_id_or_none(tmp_path, capsys):
     (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n"
                                           "- {id: q0001, slice: a, query: backups, expected: doc-backup}\n")
     refused(capsys, config, "golden.yaml: [0].id: no id, where [1] has one")
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n- slice: a\n  query:\n")
+    refused(capsys, config, "golden.yaml: [1].query: is empty or missing")
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n- {slice: a, query: x}\n")
+    refused(capsys, config, "golden.yaml: [1].expected: is empty or missing")
 
 
 def test_a_folder_that_is_not_beir_is_refused_naming_what_is_missing(tmp_path, capsys):

@@ -14,6 +14,8 @@ FIELDS = ("id", "slice", "query", "expected")
 
 def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, str, int]]:
     """A key, a list of keys (grade 1 each), or a mapping key -> grade (a CSV cell's (key, grade) pairs)."""
+    if value is None:
+        raise InputError(path, where, "is empty or missing")
     pairs = value.items() if isinstance(value, dict) else value if isinstance(value, tuple) else None
     if pairs is not None:
         items = [(k, grade(g, path, f"{where}.{k}")) for k, g in pairs]
@@ -94,9 +96,6 @@ def read_table(path: Path, raw: bytes) -> Layout:
         if None in cells:
             raise InputError(path, where, f"{len(header) + len(cells[None])} cells, the header names {len(header)}")
         row = {k: v.strip() for k, v in cells.items() if v is not None and v.strip()}
-        empty = [c for c in ("query", "expected") if c not in row]
-        if empty:
-            raise InputError(path, f"{where}.{empty[0]}", "the cell is empty")
         if "expected" in row:
             keys = row["expected"]
             row["expected"] = _split_keys(keys)

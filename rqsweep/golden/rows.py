@@ -56,6 +56,8 @@ def unsupported(path: Path, what: str) -> InputError:
 
 def text(row: dict, name: str, path: Path, where: str) -> str:
     value = row.get(name)
+    if value is None:  # a key with nothing after it in YAML, an empty CSV cell: not the "None" a message would echo
+        raise InputError(path, f"{where}.{name}", "is empty or missing")
     if not isinstance(value, str) or not value.strip():
         raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {shown(value)}")
     return value
