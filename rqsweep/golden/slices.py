@@ -28,13 +28,14 @@ def _sidecar(path: Path, layout: Layout, golden: Path) -> tuple[bytes, dict[str,
         if not line.strip() or n == 1 and line.lower().replace("_", "-").startswith("query-id\t"):
             continue
         qid, tab, slice_ = line.partition("\t")
-        if not tab or not slice_.strip():
+        qid, slice_ = qid.strip(), slice_.strip()
+        if not tab or not slice_:
             raise InputError(path, f"line {n}", f"expected query-id<TAB>slice, got {shown(line)}")
-        if qid.strip() in out:
-            raise InputError(path, f"line {n}", f"query {shown(qid.strip())} is given a slice twice")
-        if qid.strip() not in known:  # a typo in an id would leave its query to another line, or to no slice
-            raise InputError(path, f"line {n}", f"query {shown(qid.strip())} is not in the golden set {golden.name}")
-        out[qid.strip()] = slice_.strip()
+        if qid in out:
+            raise InputError(path, f"line {n}", f"query {shown(qid)} is given a slice twice")
+        if qid not in known:  # a typo in an id would leave its query to another line, or to no slice
+            raise InputError(path, f"line {n}", f"query {shown(qid)} is not in the golden set {golden.name}")
+        out[qid] = slice_
     return raw, out
 
 
