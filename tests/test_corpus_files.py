@@ -85,6 +85,8 @@ def test_as_of_and_the_glob_are_the_configs_and_the_hash_follows_the_pages(tmp_p
     ("bad.md", "---\nage_days: 3\n---\ntext\n", ["bad.md: front matter.age_days", "only a memory has an age"]),
     ("bad.md", "---\nmemory: facts\n---\ntext\n", ["bad.md: front matter.memory", "exactly one of `updated_at`"]),
     ("bad.md", "---\nmemory: facts\nupdated_at: soon\n---\ntext\n", ["bad.md: front matter.updated_at", "'soon'"]),
+    ("bad.md", "---\nmemory: facts\nupdated_at: 2026-02-30\n---\ntext\n",  # the file's line, not front matter's
+     ["bad.md: updated_at: '2026-02-30': not a valid date or time (day is out of range for month; line 3)"]),
     ("bad.md", "---\nmemory: facts\nage_days: -1\n---\ntext\n",
      ["bad.md: front matter.age_days", "expected a finite number >= 0, got -1"]),
     ("bad.md", "---\nmemory: facts\nage_days: .inf\n---\ntext\n", ["bad.md: front matter.age_days", "got inf"]),

@@ -43,7 +43,7 @@ def _split_front_matter(text: str, file: Path) -> tuple[dict, str]:
     end = next((i for i, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), None)
     if end is None:
         raise InputError(file, "front matter", "opened with --- on the first line but never closed with ---")
-    data = load_yaml("\n".join(lines[1:end]), file)
+    data = load_yaml("\n".join(lines[:end]), file)  # from `---` on: line numbers are the file's
     if data is None:
         data = {}
     if not isinstance(data, dict):
