@@ -324,6 +324,11 @@ def _corpus(top: Section, base: Path) -> tuple[Path | None, CorpusFiles]:
     globs = [pattern] if isinstance(pattern, str) else pattern
     if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g for g in globs):
         raise sec.fail("glob", pattern, "expected a glob such as '**/*.md', or a list of them")
+    for i, glob in enumerate(globs):  # pathlib refuses an absolute glob with a traceback; `..` reads outside pages
+        if Path(glob).is_absolute() or ".." in Path(glob).parts:
+            raise InputError(sec.file, sec.where("glob") + (f"[{i}]" if isinstance(pattern, list) else ""),
+                             f"{shown(glob)}: a glob is matched inside the corpus folder: write it relative to "
+                             "that folder, without '..'")
     as_of = sec.data.get("as_of")
     if as_of is not None:
         as_of = parse_time(as_of)

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from rqsweep.errors import InputError, OutputError
+from rqsweep.errors import InputError, OutputError, shown
 
 
 class _Alias(Exception):
@@ -35,11 +35,21 @@ class _DuplicateKey(Exception):
         self.where, self.line, self.first = where, line, first
 
 
-def _check_nodes(root: Node) -> None:
-    """Refuse aliases and duplicate keys, walking the composed nodes in document order.
+class _BadDate(Exception):
+    def __init__(self, where: str, node: ScalarNode, problem: str):
+        self.where, self.value, self.line, self.problem = where, node.value, node.start_mark.line + 1, problem
+
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+
+def _check_nodes(root: Node) -> dict[int, str]:
+    """Refuse aliases and duplicate keys, walking the composed nodes in document order; returns the key path of
+    each date or time (by node id), for the error of an impossible one.
 
     An alias is a node met twice. YAML keeps the last of two equal keys, silently; here they are an error.
     """
+    dates = {}
     seen: set[int] = set()
     stack = [(root, "")]
     while stack:
@@ -60,6 +70,9 @@ def _check_nodes(root: Node) -> None:
             stack.extend(reversed(children))
         elif isinstance(node, SequenceNode):
             stack.extend(reversed([(child, f"{where}[{i}]") for i, child in enumerate(node.value)]))
+        elif node.tag == _TIMESTAMP:
+            dates[id(node)] = where
+    return dates
 
 
 # libyaml's parser where PyYAML has it: about 3x faster on large golden sets (benchmarks/README.md), and it
@@ -71,8 +84,18 @@ class _UserLoader(_SafeLoader):
     """YAML's safe loader, checking the composed document before it builds any value."""
 
     def construct_document(self, node: Node) -> object:
-        _check_nodes(node)
+        self._dates = _check_nodes(node)
         return super().construct_document(node)
+
+    def construct_yaml_timestamp(self, node: ScalarNode) -> object:
+        """YAML's date or time; an impossible one (2026-02-30) is a ValueError that names no file, made a _BadDate."""
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise _BadDate(self._dates[id(node)], node, str(exc)) from None
+
+
+_UserLoader.add_constructor(_TIMESTAMP, _UserLoader.construct_yaml_timestamp)
 
 
 def _first_alias_line(text: str) -> int:
@@ -148,6 +171,9 @@ def load_yaml(text: str, path: Path) -> object:
                                           "no YAML aliases (*name); write the value out") from None
     except _DuplicateKey as exc:
         raise InputError(path, exc.where, f"duplicate key (line {exc.line}; first at line {exc.first})") from None
+    except _BadDate as exc:
+        raise InputError(path, exc.where, f"{shown(exc.value)}: not a valid date or time ({exc.problem}; line "
+                                          f"{exc.line}); quote it if it is text") from None
     except yaml.YAMLError as exc:
         raise InputError(path, "", f"not valid YAML: {exc}") from None
 

@@ -82,7 +82,8 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
     """Read and cross-check everything a run needs before any search is made."""
     config = load_config(config_path, BACKENDS)
     names = _metric_names(config)
-    corpus = load_corpus(config.corpus, config.corpus_files) if config.corpus else None
+    corpus_warnings: list[str] = []
+    corpus = load_corpus(config.corpus, config.corpus_files, corpus_warnings.append) if config.corpus else None
     size = config.golden.stat().st_size if config.golden.is_file() else 0
     if size > LARGE_GOLDEN_BYTES:
         faster = "; JSON lines (.jsonl) read several times faster" if config.golden.suffix in (".yaml", ".yml") else ""
@@ -93,6 +94,7 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
         log(f"golden set: {len(golden.queries):,} queries read in {time.monotonic() - started:.1f}s")
     corpus_sha256 = corpus.sha256 if corpus else None
     golden = _check_relevance_level(golden, config)
+    golden = replace(golden, warnings=(*corpus_warnings, *golden.warnings))
     slices = set(golden.slices) | {OVERALL, "*"}
     for i, c in enumerate(config.constraints):
         if c.slice not in slices:

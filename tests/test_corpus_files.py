@@ -85,10 +85,14 @@ def test_as_of_and_the_glob_are_the_configs_and_the_hash_follows_the_pages(tmp_p
     ("bad.md", "---\nage_days: 3\n---\ntext\n", ["bad.md: front matter.age_days", "only a memory has an age"]),
     ("bad.md", "---\nmemory: facts\n---\ntext\n", ["bad.md: front matter.memory", "exactly one of `updated_at`"]),
     ("bad.md", "---\nmemory: facts\nupdated_at: soon\n---\ntext\n", ["bad.md: front matter.updated_at", "'soon'"]),
+    ("bad.md", "---\nmemory: facts\nupdated_at: 2026-02-30\n---\ntext\n",  # the file's line, not front matter's
+     ["bad.md: updated_at: '2026-02-30': not a valid date or time (day is out of range for month; line 3)"]),
     ("bad.md", "---\nmemory: facts\nage_days: -1\n---\ntext\n",
      ["bad.md: front matter.age_days", "expected a finite number >= 0, got -1"]),
     ("bad.md", "---\nmemory: facts\nage_days: .inf\n---\ntext\n", ["bad.md: front matter.age_days", "got inf"]),
-    ("bad.md", "---\ntitle: Empty\n---\n\n", ["bad.md", "no content"]),
+    # Was "only a memory has an age: add `memory: STORE`", to a page that has `memory:` (issue 35, item 22).
+    ("bad.md", "---\nmemory:\nage_days: 3\n---\ntext\n",
+     ["bad.md: front matter.memory: is empty: give it a value, or remove the key"]),
     ("bad.md", b"\xff\xfe", ["bad.md", "not UTF-8"]),
 ])
 def test_bad_pages_are_refused_naming_the_page(tmp_path, capsys, name, content, words):
@@ -103,6 +107,20 @@ def test_bad_pages_are_refused_naming_the_page(tmp_path, capsys, name, content, 
         assert word in err
 
 
+def test_an_empty_page_is_skipped_with_a_warning(tmp_path, capsys):
+    # It stopped the whole run (issue 35, item 22); it has nothing to search.
+    pages(tmp_path / "pages")
+    (tmp_path / "pages" / "empty.md").write_text("---\ntitle: Empty\n---\n\n")
+    (tmp_path / "pages" / "blank.txt").write_text(" \n")
+    assert main([str(folder_job(tmp_path, GOLDEN)), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "corpus: 3 documents, 3 memories" in out
+    assert "warning: 2 pages have no content and are not searched (first: 'blank.txt')" in out
+    config = folder_job(tmp_path, GOLDEN, glob=["empty.md", "blank.txt"])
+    assert main([str(config), "--dry-run"]) == 2
+    assert "pages: every page that empty.md, blank.txt match here has no content" in capsys.readouterr().err
+
+
 def test_a_future_updated_at_and_an_empty_glob_are_refused(tmp_path, capsys):
     pages(tmp_path / "pages")
     for corpus, words in [({"as_of": "2026-01-01"}, ["pager-new.md: front matter.updated_at", "is after"]),
@@ -110,6 +128,29 @@ def test_a_future_updated_at_and_an_empty_glob_are_refused(tmp_path, capsys):
         assert main([str(folder_job(tmp_path, GOLDEN, **corpus)), "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert all(w in err for w in words), err
+
+
+@pytest.mark.parametrize("glob, where", [
+    ("/abs/**/*.md", "corpus.glob: '/abs/**/*.md'"),  # was a NotImplementedError traceback (item 14)
+    (["**/*.md", "../*.md"], "corpus.glob[1]: '../*.md'"),  # read the files beside the folder as pages (item 22)
+])
+def test_a_glob_that_leaves_the_corpus_folder_is_refused(tmp_path, capsys, glob, where):
+    pages(tmp_path / "pages")
+    (tmp_path / "outside.md").write_text("Not a page of the corpus.\n")
+    assert main([str(folder_job(tmp_path, GOLDEN, glob=glob)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"job.yaml: {where}: a glob is matched inside the corpus folder" in err, err
+
+
+@pytest.mark.parametrize("target, words", [("nowhere.md", "No such file or directory"),
+                                           ("link.md", "Too many levels of symbolic links")])
+def test_a_dangling_or_looping_link_among_the_pages_is_refused_naming_it(tmp_path, capsys, target, words):
+    # They were dropped without a word: the run searched a corpus without the page the link stood for.
+    pages(tmp_path / "pages")
+    (tmp_path / "pages" / "link.md").symlink_to(target)
+    assert main([str(folder_job(tmp_path, GOLDEN)), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"link.md: cannot read page: {words} (a symbolic link to '{target}')" in err, err
 
 
 def test_documents_and_memories_from_json_lines(tmp_path, capsys):

@@ -85,6 +85,37 @@ def test_every_unsupported_golden_input_names_the_file_and_the_formats_read(tmp_
     refused(capsys, config, *words)
 
 
+# Issue 35: CSV files that read wrong without a word (another column than meant, a default id, "got None").
+@pytest.mark.parametrize("content, words", [
+    ("id,slice,query,expected,query\nd1,document,vpn certificate expired,doc-vpn,standing desk\n",
+     ["queries.csv: line 1", "column 'query' is named twice (columns 3 and 5)"]),
+    # An empty id took the default q0002 of its row, another row's id: the duplicate named the other line.
+    ("id,slice,query,expected\nq0002,document,vpn,doc-vpn\n,document,backups,doc-backup\n",
+     ["queries.csv: line 3.id: no id, where line 2 has one"]),
+    ("id,slice,query,expected\nd1,document,,doc-vpn\n", ["queries.csv: line 2.query: is empty or missing"]),
+    ("id,slice,query,expected\nd1,document,vpn,\n", ["queries.csv: line 2.expected: is empty or missing"]),
+    # Excel's CSV where ',' is the decimal comma: was "names no query and no expected column".
+    ("id;slice;query;expected\nd1;document;vpn;doc-vpn\n",
+     ["queries.csv: line 1: the header 'id;slice;query;expected' separates its columns with ';'",
+      "a .csv file's columns are separated by ','"]),
+])
+def test_a_csv_that_would_read_wrong_is_refused_naming_line_and_column(tmp_path, capsys, content, words):
+    config = job(tmp_path, golden="queries.csv")
+    (tmp_path / "queries.csv").write_text(content)
+    refused(capsys, config, *words)
+
+
+def test_yaml_rows_give_every_query_an_id_or_none(tmp_path, capsys):
+    config = job(tmp_path)
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n"
+                                          "- {id: q0001, slice: a, query: backups, expected: doc-backup}\n")
+    refused(capsys, config, "golden.yaml: [0].id: no id, where [1] has one")
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n- slice: a\n  query:\n")
+    refused(capsys, config, "golden.yaml: [1].query: is empty or missing")
+    (tmp_path / "golden.yaml").write_text("- {slice: a, query: vpn, expected: doc-vpn}\n- {slice: a, query: x}\n")
+    refused(capsys, config, "golden.yaml: [1].expected: is empty or missing")
+
+
 def test_a_folder_that_is_not_beir_is_refused_naming_what_is_missing(tmp_path, capsys):
     config = job(tmp_path, golden="pages")
     (tmp_path / "pages").mkdir()
@@ -170,8 +201,9 @@ def test_a_beir_folder_carries_its_corpus_and_graded_qrels(tmp_path, capsys):
 
 def test_the_slice_rule_can_be_a_sidecar_file_or_a_pattern_on_the_id(tmp_path, capsys):
     write_beir(tmp_path / "beir", header=False)
-    (tmp_path / "slices.tsv").write_text("query-id\tslice\n" + "".join(
-        f"{i}\t{'tokens' if s == 'exact_token' else 'pages'}\n" for i, s, _, _ in QUERIES))
+    # Every query of queries.jsonl, the one its qrels do not judge too (a sidecar can cover every split).
+    (tmp_path / "slices.tsv").write_text("query-id\tslice\nunjudged\tpages\n" + "".join(
+        f"{i}\t{'tokens' if s == 'exact_token' else 'pages'}\n" for i, s, _, e in QUERIES if e.startswith("doc")))
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"file": "slices.tsv"}})
     assert load_inputs(config).golden.slices == ["pages", "tokens"]
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"pattern": "^(?P<slice>[a-z])"}})
@@ -179,6 +211,10 @@ def test_the_slice_rule_can_be_a_sidecar_file_or_a_pattern_on_the_id(tmp_path, c
     (tmp_path / "slices.tsv").write_text("d1\tpages\n")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"file": "slices.tsv"}})
     refused(capsys, config, "slices.tsv", "gives query 'd2' no slice")
+    # A line naming a query the golden set does not have was ignored (issue 35, item 22): a typo in an id left
+    # its query to another line, or to no slice.
+    (tmp_path / "slices.tsv").write_text("".join(f"{i}\tpages\n" for i in ("d1", "d2", "dd3", "d3", "d4", "t1", "t2")))
+    refused(capsys, config, "slices.tsv: line 3: query 'dd3' is not in the golden set beir")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"pattern": "^x"}})
     refused(capsys, config, "job.yaml: golden.slices.pattern", "needs a group")
     config = job(tmp_path, corpus=None, golden={"path": "beir", "split": "dev"})
@@ -192,7 +228,8 @@ def test_the_golden_sets_hash_covers_its_slice_file(tmp_path):
     config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"file": "slices.tsv"}})
     hashes = []
     for slice_of_d1 in ("pages", "pages", "tokens"):
-        sidecar.write_text("".join(f"{i}\t{slice_of_d1 if i == 'd1' else 'pages'}\n" for i, _, _, _ in QUERIES))
+        sidecar.write_text("".join(f"{i}\t{slice_of_d1 if i == 'd1' else 'pages'}\n" for i, _, _, e in QUERIES
+                                   if e.startswith("doc")))
         hashes.append(load_inputs(config).golden.sha256)
     assert hashes[0] == hashes[1] != hashes[2]
 
@@ -225,6 +262,14 @@ def test_a_hand_edited_grade_that_is_no_integer_is_refused_naming_its_line(tmp_p
     refused(capsys, config, "qrels.txt: line 2", f"expected an integer relevance grade, got '{cell}'")
 
 
+@pytest.mark.parametrize("grade", ["99999999999999999999", "9223372036854775808", "-9223372036854775809"])
+def test_a_grade_beyond_64_bits_is_refused_by_the_dry_run(tmp_path, capsys, grade):
+    # It passed --dry-run, then the run died in polars (an Int64 column) with a traceback.
+    config = job(tmp_path, golden="queries.csv")
+    (tmp_path / "queries.csv").write_text(f"query,expected\nvpn,doc-vpn={grade};doc-laptop=1\n")
+    refused(capsys, config, f"queries.csv: line 2.expected.doc-vpn: {grade}: a relevance grade must fit in 64 bits")
+
+
 def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     (tmp_path / "qrels.txt").write_text("d1 0 doc-vpn 3\nt1 0 doc-vpn 1\n")
     (tmp_path / "topics.txt").write_text("d1\tvpn certificate expired\nt1\tVPN-4012\n")
@@ -234,6 +279,14 @@ def test_a_relevance_level_no_item_reaches_is_refused(tmp_path, capsys):
     assert "1 queries have no item graded 2 or more (first: 't1')" in out
     config = job(tmp_path, golden={"path": "qrels.txt", "topics": "topics.txt"}, relevance_level=4)
     refused(capsys, config, "job.yaml: relevance_level: 4: no expected item of qrels.txt is graded 4 or more")
+
+
+def test_a_headerless_beir_qrels_line_with_a_score_of_1_0_is_refused_not_taken_for_a_header(tmp_path, capsys):
+    # Read as a header, its judgement was dropped and the warning said its query was not judged.
+    qrels = write_beir(tmp_path / "beir", header=False) / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text().replace("\t2\n", "\t1.0\n", 1))
+    config = job(tmp_path, corpus=None, golden="beir")
+    refused(capsys, config, "test.tsv: line 1.score: expected an integer relevance grade, got '1.0'")
 
 
 def test_a_beir_corpus_error_names_its_line(tmp_path, capsys):

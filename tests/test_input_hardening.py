@@ -146,6 +146,21 @@ def test_duplicate_keys_in_golden_rows_and_sweep_files_are_refused(tmp_path, cap
     refused_before_any_work(capsys, config, "grid.yaml: knobs.rrf_k: ", "duplicate key (line 4", "first at line 3)")
 
 
+# Issue 35, item 12: YAML reads `2026-02-30` as a date, and PyYAML's ValueError named no file.
+
+def test_an_impossible_date_in_any_yaml_file_is_refused_naming_file_key_and_value(tmp_path, capsys):
+    config = write_job(tmp_path)
+    text = config.read_text()
+    config.write_text(text + "description: 2026-02-30\n")
+    refused_before_any_work(capsys, config, "job.yaml: description: '2026-02-30': not a valid date or time",
+                            "day is out of range for month", f"line {len(text.splitlines()) + 1}")
+
+    config = write_job(tmp_path)
+    golden = tmp_path / "golden.yaml"
+    golden.write_text(golden.read_text() + "- {id: x1, slice: document, query: 2025-12-32, expected: doc-vpn}\n")
+    refused_before_any_work(capsys, config, "golden.yaml: [10].query: '2025-12-32': not a valid date")
+
+
 def soat_golden(folder: Path, version: object) -> Path:
     """A SOAT-format golden.json (corpus inline) of the mini job's data."""
     from tests.minijob import DOCUMENTS, MEMORIES, QUERIES

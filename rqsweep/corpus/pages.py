@@ -9,9 +9,11 @@ any day and `--resume` finds its inputs unchanged.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 from rqsweep.config import CorpusFiles, parse_time
 from rqsweep.corpus.model import Corpus, Document, Memory, age_days
@@ -41,7 +43,7 @@ def _split_front_matter(text: str, file: Path) -> tuple[dict, str]:
     end = next((i for i, line in enumerate(lines[1:], 1) if line.rstrip() in ("---", "...")), None)
     if end is None:
         raise InputError(file, "front matter", "opened with --- on the first line but never closed with ---")
-    data = load_yaml("\n".join(lines[1:end]), file)
+    data = load_yaml("\n".join(lines[:end]), file)  # from `---` on: line numbers are the file's
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -54,6 +56,8 @@ def _split_front_matter(text: str, file: Path) -> tuple[dict, str]:
 
 def _string(meta: dict, key: str, file: Path) -> str | None:
     value = meta.get(key)
+    if value is None and key in meta:  # `memory:` with nothing after it would make the page a document
+        raise InputError(file, f"front matter.{key}", "is empty: give it a value, or remove the key")
     if value is not None and (not isinstance(value, str) or not value.strip()):
         raise InputError(file, f"front matter.{key}", f"expected a non-empty string, got {shown(value)}")
     return value
@@ -67,18 +71,20 @@ def _time(value: object, file: Path) -> datetime:
     return time
 
 
-def _page(file: Path, key: str) -> tuple[Document | None, tuple[str, str, dict, str] | None, dict]:
-    """A document, or a memory still to be aged (key, store, front matter, content)."""
+def _page(file: Path, key: str) -> tuple[Document | None, tuple[str, str, dict, str] | None, dict] | None:
+    """A document, or a memory still to be aged (key, store, front matter, content); None for a page without
+    content."""
     try:
         text = file.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
     except UnicodeDecodeError as exc:
         raise InputError(file, "", f"not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
-        raise InputError(file, "", f"cannot read page: {exc.strerror}") from None
+        link = f" (a symbolic link to {shown(os.readlink(file))})" if file.is_symlink() else ""
+        raise InputError(file, "", f"cannot read page: {exc.strerror}{link}") from None
     meta, body = _split_front_matter(text, file)
     content = body.strip("\n")
     if not content.strip():
-        raise InputError(file, "", "the page has no content")
+        return None
     tags = meta.get("tags") or {}
     if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         raise InputError(file, "front matter.tags", f"tags must map strings to strings, got {shown(tags)}")
@@ -99,19 +105,30 @@ def _page(file: Path, key: str) -> tuple[Document | None, tuple[str, str, dict, 
     return None, (key, store, dict(tags), content), meta
 
 
-def read_pages(folder: Path, files: CorpusFiles) -> Corpus:
-    """Every page the globs match under `folder` (sorted by key), as documents or memories."""
-    matched = sorted({p for pattern in files.glob for p in folder.glob(pattern) if p.is_file()})
+def read_pages(folder: Path, files: CorpusFiles, warn: Callable[[str], None]) -> Corpus:
+    """Every page the globs match under `folder` (sorted by key), as documents or memories. A page without
+    content has nothing to search: it is left out, and `warn` told."""
+    # A link that leads nowhere (dangling, or a loop) is kept, so that reading it says so.
+    matched = sorted({p for pattern in files.glob for p in folder.glob(pattern)
+                      if p.is_file() or p.is_symlink() and not p.exists()})
     if not matched:
         raise InputError(folder, "", f"no page matches {', '.join(files.glob)} in this folder")
-    docs, pending = [], []
+    docs, pending, empty = [], [], []
     for file in matched:
         key = file.relative_to(folder).as_posix()
-        doc, memory, meta = _page(file, key)
+        page = _page(file, key)
+        if page is None:
+            empty.append(key)
+            continue
+        doc, memory, meta = page
         if doc is not None:
             docs.append(doc)
         else:
             pending.append((file, memory, meta))
+    if empty:
+        if len(empty) == len(matched):
+            raise InputError(folder, "", f"every page that {', '.join(files.glob)} match here has no content")
+        warn(f"{len(empty)} pages have no content and are not searched (first: {shown(empty[0])})")
     times = {file: _time(meta["updated_at"], file) for file, _, meta in pending if "updated_at" in meta}
     as_of = files.as_of or max(times.values(), default=None)
     memories = []

@@ -62,7 +62,7 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
     if corpus is None:
         raise InputError(path, "", "no corpus: name one in the config (`corpus:`), or use a layout that carries its "
                                    "corpus (SOAT's golden.json, a BEIR folder)")
-    warnings = list(assign_slices(layout, rules.slices, config))
+    warnings = list(assign_slices(layout, rules.slices, config, path))
     types = (dict.fromkeys(corpus.documents.columns["key"], "document")
              | dict.fromkeys(corpus.memories.columns["key"], "memory"))
     queries, ids, unjudged = [], {}, []
@@ -98,7 +98,8 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
         warnings.append(f"{len(unjudged)} queries have no item graded 1 or more and are not run (first: "
                         f"{shown(unjudged[0])})")
     if layout.unjudged:
-        warnings.append(f"{layout.unjudged} queries of the queries file are not judged in the qrels and are not run")
+        warnings.append(f"{len(layout.unjudged)} queries of the queries file are not judged in the qrels and are not "
+                        "run")
     dupes = [t for t, n in Counter(q.query for q in queries).items() if n > 1]
     warnings += [f"query text {shown(t)} appears more than once" for t in dupes]
     digest = hashlib.sha256()

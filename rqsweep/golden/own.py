@@ -14,6 +14,8 @@ FIELDS = ("id", "slice", "query", "expected")
 
 def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, str, int]]:
     """A key, a list of keys (grade 1 each), or a mapping key -> grade (a CSV cell's (key, grade) pairs)."""
+    if value is None:
+        raise InputError(path, where, "is empty or missing")
     pairs = value.items() if isinstance(value, dict) else value if isinstance(value, tuple) else None
     if pairs is not None:
         items = [(k, grade(g, path, f"{where}.{k}")) for k, g in pairs]
@@ -25,12 +27,21 @@ def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, s
     return [(None, k, g) for k, g in items]
 
 
-def _row(row: object, i: int, path: Path, where: str) -> Row:
+def _rows(rows: list[tuple[object, str]], path: Path) -> list[Row]:
+    """Rows of (row, where it is). Every row gives an id, or none does: a default id (q0001, ...) could be
+    another row's."""
+    named = next((where for row, where in rows if isinstance(row, dict) and "id" in row), None)
+    return [_row(row, i, path, where, named) for i, (row, where) in enumerate(rows)]
+
+
+def _row(row: object, i: int, path: Path, where: str, named: str | None) -> Row:
     if not isinstance(row, dict):
         raise InputError(path, where, f"expected a mapping, got {shown(row)}")
     unknown = sorted(set(row) - set(FIELDS))
     if unknown:
         raise InputError(path, f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(FIELDS)})")
+    if named and "id" not in row:
+        raise InputError(path, f"{where}.id", f"no id, where {named} has one: give every row an id, or none")
     qid = row.get("id", f"q{i + 1:04d}")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool):
         raise InputError(path, f"{where}.id", f"expected a string, got {shown(qid)}")
@@ -43,7 +54,7 @@ def read_rows(path: Path, data: object, raw: bytes) -> Layout:
     """rqsweep's rows, as YAML or JSON (lines) gave them."""
     if not isinstance(data, list):
         raise unsupported(path, f"expected a list of {{id?, slice, query, expected}} rows, got {shown(data, 40)}")
-    return Layout("rqsweep", [_row(row, i, path, f"[{i}]") for i, row in enumerate(data)], None, [raw])
+    return Layout("rqsweep", _rows([(row, f"[{i}]") for i, row in enumerate(data)], path), None, [raw])
 
 
 def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
@@ -56,18 +67,31 @@ def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
 
 def read_table(path: Path, raw: bytes) -> Layout:
     """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id and slice optional."""
-    reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+    reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter=delimiter)
     header = [h.strip() for h in reader.fieldnames or []]
     missing = [c for c in ("query", "expected") if c not in header]
     if missing:
+        line = delimiter.join(header)
+        other = next((s for s in ";,\t" if s != delimiter and {"query", "expected"} <= {c.strip() for c in
+                                                                                     line.split(s)}), None)
+        if other:
+            raise InputError(path, "line 1", f"the header {shown(line, 60)} separates its columns with {other!r}: a "
+                                             ".csv file's columns are separated by ',' and a .tsv file's by tabs (';' "
+                                             "separates the keys of an expected cell)")
         raise unsupported(path, f"line 1: the header {shown(','.join(header), 60)} names no {' and no '.join(missing)} "
                                 "column")
     unknown = [h for h in header if h not in FIELDS]
     if unknown:
         raise InputError(path, "line 1", f"unknown column {shown(unknown[0])} (allowed: {', '.join(FIELDS)})")
+    twice = [n for n, h in enumerate(header, 1) if h in header[:n - 1]]
+    if twice:  # DictReader would keep the last column of that name, silently
+        name = header[twice[0] - 1]
+        raise InputError(path, "line 1", f"column {shown(name)} is named twice (columns {header.index(name) + 1} and "
+                                         f"{twice[0]})")
     reader.fieldnames = header
     rows = []
-    for i, cells in enumerate(reader):
+    for cells in reader:
         where = f"line {reader.line_num}"
         if None in cells:
             raise InputError(path, where, f"{len(header) + len(cells[None])} cells, the header names {len(header)}")
@@ -77,5 +101,5 @@ def read_table(path: Path, raw: bytes) -> Layout:
             row["expected"] = _split_keys(keys)
             if isinstance(row["expected"], list) and "=" in keys:
                 raise InputError(path, f"{where}.expected", f"{shown(keys)}: grade every key (key=grade) or none")
-        rows.append(_row(row, i, path, where))
-    return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", rows, None, [raw])
+        rows.append((row, where))
+    return Layout("CSV" if path.suffix.lower() == ".csv" else "TSV", _rows(rows, path), None, [raw])

@@ -8,9 +8,10 @@ from pathlib import Path
 from rqsweep.corpus import corpus_from_rows
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.golden.rows import Layout, Row, decode, grade, is_grade, read_raw, unsupported
+from rqsweep.golden.rows import Layout, Row, decode, grade, read_raw, unsupported
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl", "qrels")
+_HEADER_CELL = re.compile(r"[A-Za-z][A-Za-z_ -]*")
 
 
 def _lines(path: Path, raw: bytes) -> list[tuple[int, str]]:
@@ -18,14 +19,14 @@ def _lines(path: Path, raw: bytes) -> list[tuple[int, str]]:
 
 
 def _judged(qrels: dict[str, list[tuple[str, int]]], queries: dict[str, tuple[str, dict]], where: dict[str, str],
-            qrels_path: Path, queries_path: Path) -> tuple[list[Row], int]:
-    """Rows for the judged queries, in the queries file's order, and how many queries have no qrels."""
+            qrels_path: Path, queries_path: Path) -> tuple[list[Row], tuple[str, ...]]:
+    """Rows for the judged queries, in the queries file's order, and the ids of the queries without qrels."""
     for qid in qrels:
         if qid not in queries:
             raise InputError(qrels_path, where[qid], f"query {shown(qid)} is judged but not in {queries_path.name}")
     rows = [Row(qrels_path, f"query {qid}", qid, None, text, [(None, key, g) for key, g in qrels[qid]], fields)
             for qid, (text, fields) in queries.items() if qid in qrels]
-    return rows, len(queries) - len(rows)
+    return rows, tuple(qid for qid in queries if qid not in qrels)
 
 
 def _beir_rows(path: Path, what: str) -> tuple[bytes, list[dict]]:
@@ -64,8 +65,8 @@ def read_beir(folder: Path, split: str) -> Layout:
     where = {}
     for n, line in _lines(qrels_path, qrels_raw):
         cells = line.split("\t")
-        if n == 1 and not is_grade(cells[-1]):
-            continue  # the header: query-id, corpus-id, score
+        if n == 1 and _HEADER_CELL.fullmatch(cells[-1].strip()):
+            continue  # the header (query-id, corpus-id, score): a judgement's score is a number, `1.0` too
         if len(cells) != 3:
             raise InputError(qrels_path, f"line {n}", f"expected query-id<TAB>corpus-id<TAB>score, got {shown(line)}")
         qid = cells[0].strip()

@@ -33,7 +33,7 @@ class Layout:
     rows: list[Row]
     corpus: Corpus | None  # when the layout carries its corpus
     raw: list[bytes]  # every file read, in a fixed order: what the golden set's hash covers
-    unjudged: int = 0  # queries of a qrels layout's queries file that its qrels do not judge (not run)
+    unjudged: tuple[str, ...] = ()  # ids of a qrels layout's queries that its qrels do not judge (not run)
 
 
 def read_raw(path: Path) -> bytes:
@@ -56,6 +56,8 @@ def unsupported(path: Path, what: str) -> InputError:
 
 def text(row: dict, name: str, path: Path, where: str) -> str:
     value = row.get(name)
+    if value is None:  # a key with nothing after it in YAML, an empty CSV cell: not the "None" a message would echo
+        raise InputError(path, f"{where}.{name}", "is empty or missing")
     if not isinstance(value, str) or not value.strip():
         raise InputError(path, f"{where}.{name}", f"expected a non-empty string, got {shown(value)}")
     return value
@@ -66,10 +68,14 @@ def is_grade(cell: str) -> bool:
     return re.fullmatch(r"\s*-?[0-9]+\s*", cell) is not None
 
 
+_GRADES = range(-2**63, 2**63)  # what the runs' Int64 columns hold
+
+
 def grade(value: object, path: Path, where: str) -> int:
     """A relevance grade: an integer (qrels write them as text)."""
-    if isinstance(value, str) and is_grade(value):
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    number = int(value) if isinstance(value, str) and is_grade(value) else value
+    if isinstance(number, bool) or not isinstance(number, int):
         raise InputError(path, where, f"expected an integer relevance grade, got {shown(value)}")
-    return value
+    if number not in _GRADES:
+        raise InputError(path, where, f"{number}: a relevance grade must fit in 64 bits (-2**63 to 2**63 - 1)")
+    return number

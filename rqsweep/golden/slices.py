@@ -16,28 +16,32 @@ NO_SLICES_WARNING = (f"the golden set has no slices: every query runs as one sli
                      "apart): give them a column, or a `golden.slices` rule (field, file or pattern)")
 
 
-def _sidecar(path: Path) -> tuple[bytes, dict[str, str]]:
+def _sidecar(path: Path, layout: Layout, golden: Path) -> tuple[bytes, dict[str, str]]:
     try:
         raw = path.read_bytes()
         content = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"cannot read the slice file: {getattr(exc, 'strerror', None) or exc}") from None
+    known = {r.id for r in layout.rows}.union(layout.unjudged)
     out = {}
     for n, line in enumerate(content.splitlines(), 1):
         if not line.strip() or n == 1 and line.lower().replace("_", "-").startswith("query-id\t"):
             continue
         qid, tab, slice_ = line.partition("\t")
-        if not tab or not slice_.strip():
+        qid, slice_ = qid.strip(), slice_.strip()
+        if not tab or not slice_:
             raise InputError(path, f"line {n}", f"expected query-id<TAB>slice, got {shown(line)}")
-        if qid.strip() in out:
-            raise InputError(path, f"line {n}", f"query {shown(qid.strip())} is given a slice twice")
-        out[qid.strip()] = slice_.strip()
+        if qid in out:
+            raise InputError(path, f"line {n}", f"query {shown(qid)} is given a slice twice")
+        if qid not in known:  # a typo in an id would leave its query to another line, or to no slice
+            raise InputError(path, f"line {n}", f"query {shown(qid)} is not in the golden set {golden.name}")
+        out[qid] = slice_
     return raw, out
 
 
-def assign_slices(layout: Layout, rule: SliceRule | None, config: Path | None) -> tuple[str, ...]:
+def assign_slices(layout: Layout, rule: SliceRule | None, config: Path | None, golden: Path) -> tuple[str, ...]:
     """Give every row its slice (the rule's, when the config states one); returns the warnings. A sidecar file
-    joins the files the layout's hash covers."""
+    joins the files the layout's hash covers, and names queries of the golden set (at `golden`) only."""
     rows = layout.rows
     if rule is None:
         if all(r.slice is None for r in rows):
@@ -50,7 +54,7 @@ def assign_slices(layout: Layout, rule: SliceRule | None, config: Path | None) -
         return ()
     sidecar = None
     if rule.file:
-        raw, sidecar = _sidecar(rule.file)
+        raw, sidecar = _sidecar(rule.file, layout, golden)
         layout.raw.append(raw)
     pattern = re.compile(rule.pattern) if rule.pattern else None
     for r in rows:
