@@ -100,6 +100,9 @@ def read_gate_file(path: Path) -> Snapshot:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(path, "", "no such gate file: create it with --update-gate-file") from None
+    except IsADirectoryError:
+        raise InputError(path, "", "a folder, not a gate file: give the JSON file --update-gate-file writes (a run "
+                         "folder to compare with goes as PREVIOUS_RUN_DIR, or --compare)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"not valid JSON: {exc}") from None
     slices = data.get("slices") if isinstance(data, dict) else None

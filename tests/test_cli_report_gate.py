@@ -199,3 +199,26 @@ def test_a_study_storage_that_cannot_be_opened_stops_the_run_before_it_and_leave
     assert f"cannot open the study storage postgresql://rq:***@127.0.0.1:{port}/studies" in err
     assert "pw-never-shown" not in err and "Traceback" not in err
     assert list((tmp_path / "out").rglob("run.json")) == []  # no failed run folder left to clutter results/
+
+
+@pytest.mark.parametrize("command", ["report", "gate", "gate-previous", "export", "collect", "explain", "resume",
+                                     "compare"])
+def test_a_file_given_as_a_run_folder_exits_2_naming_it(tmp_path, previous, command, capsys):
+    from tests.minijob import write_job
+
+    file = tmp_path / "grid.parquet"
+    file.write_text("not a folder")
+    config = str(write_job(tmp_path / "job"))
+    argv = {"report": ["report", str(file)], "gate": ["gate", str(file), str(previous)],
+            "gate-previous": ["gate", str(previous), str(file)], "export": ["export", str(file)],
+            "collect": ["collect", str(file)], "explain": ["explain", str(file), "q1"],
+            "resume": [config, "--resume", str(file), "--quiet"], "compare": [config, "--compare", str(file)]}[command]
+    assert main(argv) == 2
+    assert f"rqsweep: {file}: not a run folder (a file)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["gate", "run"])
+def test_a_folder_given_as_the_gate_file_exits_2_naming_it(tmp_path, previous, command, capsys):
+    argv = ["gate", str(previous)] if command == "gate" else ["config.yaml"]
+    assert main([*argv, "--gate-file", str(previous)]) == 2
+    assert f"rqsweep: {previous}: a folder, not a gate file" in capsys.readouterr().err

@@ -78,5 +78,5 @@ def test_an_older_run_json_reads_its_missing_keys_as_none_and_a_damaged_one_is_r
         with pytest.raises(InputError, match=problem) as caught:
             RunRecord.read(tmp_path)
         assert str(tmp_path / RUN_JSON) in str(caught.value)
-    with pytest.raises(InputError, match=r"not a run folder \(no run.json\)"):
+    with pytest.raises(InputError, match=r"not a run folder \(no such folder\)"):
         RunRecord.read(tmp_path / "elsewhere")

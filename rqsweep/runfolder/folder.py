@@ -43,6 +43,14 @@ def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: da
                 run_id = f"{first}-{n}"
 
 
+def check_run_folder(path: Path) -> None:
+    """InputError (exit 2) unless `path` is a folder holding a run.json: what every command given a run folder
+    (report, gate, explain, export, collect, --resume, --compare) checks first, through `RunRecord.read`."""
+    if not (path / RUN_JSON).is_file():
+        found = "a file" if path.is_file() else f"no {RUN_JSON}" if path.is_dir() else "no such folder"
+        raise InputError(path, "", f"not a run folder ({found}): give the folder a run wrote, results/NAME/RUN_ID")
+
+
 @contextlib.contextmanager
 def holding(run_dir: Path) -> Iterator[None]:
     """Hold the run folder's lock (an flock on its run.lock) for the block: one process runs a folder at a time.
