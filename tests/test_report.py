@@ -199,7 +199,18 @@ def test_cross_validation_can_be_turned_off(tmp_path):
     run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE,
                         queries=QUERIES, config={**CONFIG, "validation": False})
     md = write_report(run_dir)[0].read_text()
-    assert "Held-out gain" not in md and "No cross-validation: the config turns it off" in md
+    assert "Held-out gain" not in md and "No cross-validation: the config turns cross-validation off" in md
+
+
+def test_a_one_query_golden_set_is_the_reason_given_for_no_held_out_figures(tmp_path):
+    one = {"entity": (1, 1, .5), "overall": (1, 1, .5)}
+    queries = pl.concat([query_rows(BASE, "entity", [2]), query_rows(BEST, "entity", [1])])
+    run_dir = write_run(tmp_path / "run", {BASE: one, BEST: {**one, "entity": (1, 1, 1), "overall": (1, 1, 1)}},
+                        baseline=BASE, best=BEST, queries=queries, sizes={"entity": 1, "overall": 1})
+    md = write_report(run_dir)[0].read_text()
+    reason = "the golden set has 1 query, and cross-validation needs at least two to split"
+    assert f"No cross-validation: {reason}." in md and f"No routing table: {reason} (" in md
+    assert "kept its held-out figures" not in md and "turns cross-validation off" not in md
 
 
 def test_report_of_a_run_without_a_feasible_setting(tmp_path):
@@ -280,7 +291,7 @@ def test_a_run_written_before_violation_keys_and_kept_cross_validation_still_get
                 if k != b"rqsweep.validation"}
     write_parquet(run_dir / "grid.parquet", grid, metadata)  # as an older rqsweep wrote it
     md = write_report(run_dir)[0].read_text()
-    assert "No cross-validation recorded: this run was written before rqsweep kept it" in md
+    assert "No cross-validation: this run was written before rqsweep kept its held-out figures" in md
     assert "run the sweep again to have them grouped here" in md
     assert "Best feasible setting" in md
 

@@ -177,7 +177,7 @@ def test_without_cross_validation_there_is_no_routing_and_the_report_says_why(tm
     out = job.run(write_job(tmp_path, validation=False), quiet=True)
     assert not (out.run_dir / "routing.json").exists()
     assert "Routing held-out gain" not in out.summary
-    assert "No routing table: cross-validation is off" in (out.run_dir / "report.md").read_text()
+    assert "No routing table: the config turns cross-validation off" in (out.run_dir / "report.md").read_text()
 
 
 def test_the_guard_keeps_a_slice_that_wins_exactly_half_its_folds_whatever_its_pooled_gain():

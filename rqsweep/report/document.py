@@ -8,7 +8,6 @@ from typing import Callable, Sequence
 import polars as pl
 
 from rqsweep.backends.base import describe_profile
-from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import KNOBS, blends
 from rqsweep.noise import SliceNoise
@@ -16,7 +15,7 @@ from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
 from rqsweep.report.routing import routing_blocks
-from rqsweep.report.held_out import gain_table, run_cross_validation
+from rqsweep.report.held_out import gain_table, run_cross_validation, why_not_validated
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
 from rqsweep.significance import ALPHA, ROUNDS, SEED, significance_table
@@ -49,11 +48,7 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     blocks: list[Block] = [Heading("How much of the gain holds on unseen queries")]
     if cv is None:
-        if run.validation is None and read_validation(run.config.get("validation"), run.path) is not None:
-            return blocks + [Paragraph("No cross-validation recorded: this run was written before rqsweep kept it "
-                                       "in grid.parquet; run the sweep again for a held-out estimate.")]
-        return blocks + [Paragraph("No cross-validation: the config turns it off (`validation: false` or "
-                                   "`folds: 0`), or the golden set has fewer than two queries.")]
+        return blocks + [Paragraph(f"No cross-validation: {why_not_validated(run)}.")]
     others = cv.folds - 1
     return blocks + [
         Paragraph(" ".join(summary_lines(cv, metric_label(run.objective[0]))[1:]).strip() + "."),
@@ -199,7 +194,7 @@ def _recency(run: RunFolder) -> list[Block]:
 _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
     lambda run, tables, cv, noise: _headline(run, cv), lambda run, tables, cv, noise: _comparison(run),
     lambda run, tables, cv, noise: _plots(run, tables), lambda run, tables, cv, noise: _held_out(run, cv),
-    lambda run, tables, cv, noise: routing_blocks(run.path, metric_label(run.objective[0])),
+    lambda run, tables, cv, noise: routing_blocks(run, metric_label(run.objective[0])),
     lambda run, tables, cv, noise: _significance(run, cv), lambda run, tables, cv, noise: _knobs(run, tables),
     lambda run, tables, cv, noise: _infeasible(run), lambda run, tables, cv, noise: ladder_blocks(run),
     lambda run, tables, cv, noise: noise_blocks(run, noise), lambda run, tables, cv, noise: _recency(run),
