@@ -123,6 +123,23 @@ def test_dry_run_makes_no_search(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"
 
 
+def test_a_dry_run_checks_the_gate_references_it_is_given(tmp_path, previous, monkeypatch, capsys):
+    monkeypatch.setattr(dry_run, "dry_run", lambda config, **_: f"would sweep {config}")
+    gate_file = tmp_path / "gate.json"
+    assert main(["config.yaml", "--dry-run", "--compare", str(tmp_path / "nowhere")]) == 2
+    assert f"{tmp_path / 'nowhere'}: not a run folder" in capsys.readouterr().err
+    assert main(["config.yaml", "--dry-run", "--gate-file", str(gate_file)]) == 2
+    assert f"{gate_file}: no such gate file" in capsys.readouterr().err
+    assert main(["config.yaml", "--dry-run", "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    assert capsys.readouterr().out == "would sweep config.yaml\n"  # a gate file it will create need not exist
+    assert main(["gate", str(previous), "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    capsys.readouterr()
+    assert main(["config.yaml", "--dry-run", "--compare", str(previous), "--gate-file", str(gate_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "gate against run 20260101T000000Z-aaaa: readable (rrf_k=20 min_similarity=off half_life=0d)",
+        f"gate against gate file {gate_file}: readable (rrf_k=20 min_similarity=off half_life=0d)"]
+
+
 def test_a_damaged_gate_file_exits_2_naming_the_slice_and_metric(tmp_path, previous, capsys):
     path = tmp_path / "gate.json"
     assert main(["gate", str(previous), "--gate-file", str(path), "--update-gate-file"]) == 0
