@@ -69,9 +69,12 @@ def holding(run_dir: Path) -> Iterator[None]:
 
 
 def remove_if_bare(run_dir: Path) -> bool:
-    """Delete a new run's folder that holds nothing but its run.json and lock (a run that could not start);
-    returns whether it did. A folder with anything else (a seed's record of writes to a server) stays."""
+    """Delete a new run's folder that holds nothing but its run.json and lock (a run that could not start), and
+    its name's folder (`results/<name>/`) when no other run is left in it; returns whether it did. A folder with
+    anything else (a seed's record of writes to a server) stays."""
     if any(p.name not in (RUN_JSON, LOCK_FILE) for p in run_dir.iterdir()):
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty: other runs of the name are there
+        run_dir.parent.rmdir()
     return True
