@@ -213,6 +213,21 @@ def test_a_one_query_golden_set_is_the_reason_given_for_no_held_out_figures(tmp_
     assert "kept its held-out figures" not in md and "turns cross-validation off" not in md
 
 
+def test_a_server_that_refuses_rrf_k_and_the_half_life_gets_no_section_on_them(tmp_path):
+    floor = "k60_m0.3_h0.0"
+    settings = {BASE: SETTINGS[BASE], floor: {**SETTINGS[BASE], "overall": (.95, .95, .5)}}
+    queries = pl.concat([query_rows(BASE, "entity", [2] * 4), query_rows(floor, "entity", [1, 2, 2, 2])])
+    profile = {"backend": "http", "version": "0.28.0", "ranking": "pure cosine", "knobs_accepted": ["min_similarity"],
+               "knobs_refused": {"recency_half_life_days": "HTTP 400", "rrf_k": "HTTP 400"}, "mode": "direct"}
+    run_dir = write_run(tmp_path / "run", settings, baseline=BASE, best=floor, queries=queries, profile=profile)
+    md = write_report(run_dir)[0].read_text()
+    assert "### min_similarity" in md
+    assert ("rrf_k and recency_half_life_days are not shown: the server refuses them, so every search ran at "
+            "SOAT's default") in md
+    for gone in ("### rrf_k", "### recency_half_life_days", "rrf_k x half-life heatmap", "What the recency blend costs"):
+        assert gone not in md, gone
+
+
 def test_report_of_a_run_without_a_feasible_setting(tmp_path):
     settings = {BASE: SETTINGS[BASE], "k60_m0.2_h0.0": SETTINGS["k60_m0.2_h0.0"]}
     run_dir = write_run(tmp_path / "run", settings, baseline=BASE, best=None,
