@@ -22,6 +22,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from rqsweep import metrics
 from rqsweep.backends.base import describe_profile, profile_differences
 from rqsweep.errors import InputError, shown
@@ -168,7 +170,8 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
                 fell.append(f"{label} {a:.4f} -> {b:.4f}")
         if fell:
             row["check"] = "FELL"
-            problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g})"))
+            problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g} against "
+                                f"{before.source})"))
         elif s not in before.slices:
             row["check"] = "new"
         elif any(row[f"{label} after"] is None for label in GATED_METRICS.values()):
@@ -183,6 +186,28 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
             header += f"\nwarning: the {what} differs between the two (sha256 {a[:12]} -> {b[:12]}); a change may be " \
                       f"the {what}'s, not the ranking's"
     return header + "\n" + _table(rows), problems
+
+
+def _worse_queries(run: RunFolder, previous: RunFolder, slices: tuple[str, ...]) -> str:
+    """The failing slices' queries whose first relevant rank at the chosen setting is worse than at the previous
+    run's (not found counts as worst), one line per slice; empty when there are none."""
+    def ranks(folder: RunFolder) -> pl.DataFrame:
+        return folder.queries([folder.chosen]).filter(pl.col("error").is_null()).select(
+            "query_id", "query", "slice", "rank")
+
+    worse = ranks(run).join(ranks(previous).drop("slice"), on=["query_id", "query"], suffix="_before").filter(
+        (pl.col("rank_before") > 0) & ((pl.col("rank") == 0) | (pl.col("rank") > pl.col("rank_before"))))
+    lines = []
+    for s in slices:
+        part = worse if s == OVERALL else worse.filter(pl.col("slice") == s)
+        named = [f"{q} (rank {a} -> {b or 'not found'})" for q, a, b in part.select("query_id", "rank_before",
+                                                                                    "rank").rows()]
+        if named:
+            lines.append(f"  {s}: {', '.join(named)}")
+    if not lines:
+        return ""
+    return "\n".join([f"Queries worse than in run {previous.run_id}, in the failing slices (`rqsweep explain RUN_DIR "
+                      "QUERY_ID` shows why):", *lines])
 
 
 def _profile_note(before: Snapshot, now: Snapshot, allow_different: bool) -> str | None:
@@ -216,7 +241,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
                          "run folder (PREVIOUS_RUN_DIR, --compare); a gate file holds none: gate it in exact mode")
     run = read_run_folder(current)
     now = _snapshot(run)
-    references = [run_snapshot(previous)] if previous is not None else []
+    previous_run = read_run_folder(previous) if previous is not None else None
+    references = [_snapshot(previous_run)] if previous_run is not None else []
     if gate_file is not None:
         references.append(read_gate_file(gate_file))
     notes = [note for ref in references if (note := _profile_note(ref, now, allow_different))]
@@ -228,7 +254,7 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
         if mode == "exact":
             problems += fell
     if mode == "significant":
-        rows, regressed, paired = paired_rows(run, read_run_folder(previous))
+        rows, regressed, paired = paired_rows(run, previous_run)
         sections.append(f"Paired per query against run {references[0].source.removeprefix('run ')} "
                         f"({paired} queries ran in both; the table above is for reading, not the verdict):\n"
                         + _table(rows))
@@ -240,6 +266,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     failing = tuple(dict.fromkeys(s for s, _ in problems))
     if problems:
         verdict = f"Gate FAILED: {', '.join(failing)}\n" + "\n".join(f"  {p}" for _, p in problems)
+        if previous_run is not None and (worse := _worse_queries(run, previous_run, failing)):
+            verdict += "\n" + worse
     elif mode == "significant":
         verdict = ("Gate passed: every slice has its metrics, none is at zero, and none regressed significantly "
                    "against the previous run.")
