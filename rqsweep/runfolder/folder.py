@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -23,14 +22,14 @@ ROUTING = "routing.json"  # one setting per slice: `rqsweep.report.routing`, wri
 STATE_DIR = "state"  # the resumable state: `runfolder.state`; an optimise run's journal lives there too
 
 
-def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: datetime) -> tuple[str, Path]:
+def new_run_folder(parent: Path, inputs_sha256: str, now: datetime) -> tuple[str, Path]:
     """Create a run's folder under `parent`; returns (run id, folder).
 
-    The id is the UTC time, then a short hash of the inputs: runs sort by time, and equal inputs share a
-    suffix. Runs of the same inputs started in the same second get `-2`, `-3`, ... after it.
+    The id is the UTC time, then the start of the inputs' hash (`Inputs.sha256`: config, sweep, corpus and golden
+    set, run.json's `inputs_sha256`): runs sort by time, and equal inputs share a suffix. Runs of the same inputs
+    started in the same second get `-2`, `-3`, ... after it.
     """
-    digest = hashlib.sha256(f"{config_sha256}:{golden_sha256}".encode()).hexdigest()[:8]
-    first = f"{now:%Y%m%dT%H%M%SZ}-{digest}"
+    first = f"{now:%Y%m%dT%H%M%SZ}-{inputs_sha256[:8]}"
     run_id, n = first, 1
     with writing_in(parent):
         parent.mkdir(parents=True, exist_ok=True)

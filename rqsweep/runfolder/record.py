@@ -151,7 +151,7 @@ def run_folder_of(inputs: Inputs, resume: Path | None, parent: Path, now: dateti
     """A run's folder and its record as the run (re)starts: the folder `resume` names, refused when the inputs
     changed since it started, or a new one under `parent`."""
     if resume is None:
-        run_id, run_dir = new_run_folder(parent, inputs.config.sha256, inputs.golden.sha256, now)
+        run_id, run_dir = new_run_folder(parent, inputs.sha256, now)
         return run_dir, RunRecord.begin(inputs, run_id, run_dir, now)
     return resume, RunRecord.read(resume).resume(inputs, resume, now)
 
