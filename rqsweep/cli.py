@@ -67,7 +67,8 @@ def _gate_options() -> argparse.ArgumentParser:
                         "compared at 4 decimals)")
     g.add_argument("--gate-mode", choices=("exact", "significant"), default="exact",
                    help="exact (default): fail on any fall beyond --tolerance; significant: fail only on a slice's "
-                        "significant paired regression against PREVIOUS_RUN_DIR (Holm-adjusted)")
+                        "significant paired regression against PREVIOUS_RUN_DIR (Holm-adjusted); two runs sharing "
+                        "fewer than 2 queries are refused (exit 2), never passed")
     g.add_argument("--allow-different", action="store_true",
                    help="compare with a previous run measured on another backend or server profile (refused "
                         "otherwise: their numbers measure different rankings)")

@@ -28,7 +28,7 @@ from rqsweep import metrics
 from rqsweep.backends.base import describe_profile, profile_differences
 from rqsweep.errors import InputError, shown
 from rqsweep.files import write_text
-from rqsweep.gate_significance import METHOD, paired_rows
+from rqsweep.gate_significance import METHOD, MIN_PAIRS, paired_rows
 from rqsweep.golden import OVERALL
 from rqsweep.report.noise import run_noise, tolerance_warnings
 from rqsweep.runfolder import GRID, RunFolder, read_run_folder
@@ -255,6 +255,11 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
             problems += fell
     if mode == "significant":
         rows, regressed, paired = paired_rows(run, previous_run)
+        if paired < MIN_PAIRS:
+            raise InputError(previous, "--gate-mode", f"significant: {paired} queries ran in both runs (the same id "
+                             f"and text, neither search failed); a paired test needs at least {MIN_PAIRS}, so no "
+                             "regression could be found and the gate cannot pass: compare with a run of the same "
+                             "golden set, or gate in exact mode")
         sections.append(f"Paired per query against run {references[0].source.removeprefix('run ')} "
                         f"({paired} queries ran in both; the table above is for reading, not the verdict):\n"
                         + _table(rows))
