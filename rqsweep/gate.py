@@ -13,7 +13,8 @@ one. A change of golden set or corpus is stated above the table: the numbers may
 A gate file is the committed form of "before": a small JSON of the chosen setting's per-slice
 metrics, one slice per line, so that the diff of a ranking change reads as a before / after table,
 with the server profile and the corpus hash of the run it was written from. A value that is not a
-metric (null, not finite, outside [0, 1]) makes the file invalid, never a pass.
+metric (null, not finite, outside [0, 1]), a metric the file format does not hold, an unknown format marker or
+a key given twice makes the file invalid, never a pass.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
 FILE_METRICS = ("queries", *metrics.DEFAULT_METRICS)
 DECIMALS = 4
 GATE_FILE_FORMAT = 1
+FORMAT_KEY = "rqsweep_gate_file"  # the format marker a gate file starts with; absent in a file written by hand
 
 
 @dataclass(frozen=True)
@@ -80,10 +82,39 @@ def run_snapshot(run_dir: Path) -> Snapshot:
     return _snapshot(read_run_folder(run_dir))
 
 
+class _JsonObject(dict):
+    """A JSON object as read, with the keys it held more than once (`json` keeps the last one, silently)."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _json_object(pairs: list[tuple[str, object]]) -> _JsonObject:
+    read = _JsonObject(pairs)
+    if len(read) < len(pairs):
+        seen: set[str] = set()
+        read.repeated = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    return read
+
+
+def _repeated_key(value: object, where: str = "") -> str | None:
+    """The path of the first key some object of `value` holds twice, or None."""
+    if isinstance(value, _JsonObject):
+        if value.repeated:
+            return f"{where}.{value.repeated[0]}".lstrip(".")
+        inner = ((f"{where}.{k}".lstrip("."), v) for k, v in value.items())
+    elif isinstance(value, list):
+        inner = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for at, v in inner if (found := _repeated_key(v, at)) is not None), None)
+
+
 def _checked_slice(path: Path, name: str, values: object) -> dict:
     if not isinstance(values, dict):
         raise InputError(path, f"slices.{name}", f"{shown(values)}: expected {{metric: value}}")
     for m, value in values.items():
+        if m not in FILE_METRICS:
+            raise InputError(path, f"slices.{name}.{m}", f"unknown metric: a gate file holds {', '.join(FILE_METRICS)}")
         if m == "queries":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(path, f"slices.{name}.{m}", f"{shown(value)}: expected a count of queries")
@@ -99,7 +130,7 @@ def _checked_slice(path: Path, name: str, values: object) -> dict:
 def read_gate_file(path: Path) -> Snapshot:
     """A gate file written by `write_gate_file`; raises InputError naming what is wrong."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_json_object)
     except FileNotFoundError:
         raise InputError(path, "", "no such gate file: create it with --update-gate-file") from None
     except IsADirectoryError:
@@ -107,6 +138,12 @@ def read_gate_file(path: Path) -> Snapshot:
                          "folder to compare with goes as PREVIOUS_RUN_DIR, or --compare)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"not valid JSON: {exc}") from None
+    if (repeated := _repeated_key(data)) is not None:
+        raise InputError(path, repeated, "given twice: JSON keeps only the last, silently; keep the one you mean")
+    marker = data.get(FORMAT_KEY) if isinstance(data, dict) else None
+    if marker is not None and (isinstance(marker, bool) or marker != GATE_FILE_FORMAT):
+        raise InputError(path, FORMAT_KEY, f"{shown(marker)}: an unknown gate file format (this rqsweep reads "
+                         f"{GATE_FILE_FORMAT}): use the rqsweep that wrote it, or rewrite it with --update-gate-file")
     slices = data.get("slices") if isinstance(data, dict) else None
     if not isinstance(slices, dict) or not slices:
         raise InputError(path, "slices", "missing: expected {slice: {metric: value}}")
@@ -299,7 +336,7 @@ def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
     width = max(len(json.dumps(s)) for s in snapshot.slices) + 1
     lines = [
         "{",
-        f'  "rqsweep_gate_file": {GATE_FILE_FORMAT},',
+        f'  "{FORMAT_KEY}": {GATE_FILE_FORMAT},',
         f'  "config": {json.dumps(config)},',
         f'  "run_id": {json.dumps(run_id)},',
         f'  "golden_sha256": {json.dumps(snapshot.golden_sha256)},',

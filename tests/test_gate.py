@@ -152,6 +152,13 @@ def test_a_damaged_gate_file_value_is_invalid_naming_the_slice_and_metric(tmp_pa
     ('{"slices": {"entity": {"queries": 2.5, "recall_at_10": 0.5, "mrr": 0.5}}}', "slices.entity.queries"),
     ('{"golden_sha256": 5, "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "golden_sha256"),
     ('{"server_profile": "embedded", "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "server_profile"),
+    ('{"rqsweep_gate_file": 2, "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "rqsweep_gate_file"),
+    ('{"rqsweep_gate_file": "1", "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "rqsweep_gate_file"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5, "ndcg_at_10": 0.9}}}', "slices.entity.ndcg_at_10"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.9, "mrr": 0.5}}}', "slices.entity.mrr"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}, "slices": {"entity": {"recall_at_10": 0.4, '
+     '"mrr": 0.5}}}', "slices"),
+    ('{"server_profile": {"ranking": "hybrid", "ranking": "pure cosine"}, "slices": {}}', "server_profile.ranking"),
 ])
 def test_a_gate_file_of_the_wrong_shape_is_invalid(tmp_path, previous, text, where):
     path = tmp_path / "gate.json"
@@ -159,6 +166,20 @@ def test_a_gate_file_of_the_wrong_shape_is_invalid(tmp_path, previous, text, whe
     with pytest.raises(InputError) as caught:
         read_gate_file(path)
     assert caught.value.where == where
+
+
+def test_a_gate_file_holding_a_slice_twice_is_refused_naming_the_file_and_slice(tmp_path, previous, capsys):
+    from rqsweep.cli import main
+
+    path = tmp_path / "gate.json"
+    write_gate_file(previous, path)
+    lines = path.read_text().splitlines()
+    (freshness,) = [line for line in lines if '"freshness"' in line]
+    # A merge that kept both sides: JSON would keep the second, silently.
+    path.write_text("\n".join([*lines[:lines.index(freshness) + 1], freshness.replace("0.5000", "0.1000"),
+                                *lines[lines.index(freshness) + 1:]]))
+    assert main(["gate", str(previous), "--gate-file", str(path)]) == 2
+    assert f"rqsweep: {path}: slices.freshness: given twice" in capsys.readouterr().err
 
 
 EMBEDDED = {**EMBEDDED_PROFILE, "embedder": "feature-hash/1024"}
