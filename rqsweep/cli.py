@@ -67,7 +67,8 @@ def _gate_options() -> argparse.ArgumentParser:
                         "compared at 4 decimals)")
     g.add_argument("--gate-mode", choices=("exact", "significant"), default="exact",
                    help="exact (default): fail on any fall beyond --tolerance; significant: fail only on a slice's "
-                        "significant paired regression against PREVIOUS_RUN_DIR (Holm-adjusted)")
+                        "significant paired regression against PREVIOUS_RUN_DIR (Holm-adjusted); two runs sharing "
+                        "fewer than 2 queries are refused (exit 2), never passed")
     g.add_argument("--allow-different", action="store_true",
                    help="compare with a previous run measured on another backend or server profile (refused "
                         "otherwise: their numbers measure different rankings)")
@@ -102,7 +103,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", type=Path, help="where run folders go (default: the config's output_dir)")
     p.add_argument("--quiet", action="store_true", help="no progress output; the summary still prints")
     p.add_argument("--dry-run", action="store_true",
-                   help="validate config and golden set, say how many settings and searches a run would make")
+                   help="validate config, golden set and the gate references given (--compare, --gate-file), say "
+                        "how many settings and searches a run would make")
     p.add_argument("--n-trials", type=_positive, metavar="N",
                    help="optimise: evaluate N distinct settings in all (overrides the sweep's n_trials; with "
                         "--resume, grows a finished study)")
@@ -254,14 +256,15 @@ def _run(argv: list[str]) -> int:
     _check_gate_args(p, args)
     from rqsweep import dry_run, gate, job
 
+    # A bad reference should stop the job before an hour of searching, not after it; a dry run checks it too.
+    references = [gate.run_snapshot(args.compare)] if args.compare is not None else []
+    if args.gate_file is not None and (args.gate_file.exists() or not args.update_gate_file):
+        references.append(gate.read_gate_file(args.gate_file))
     if args.dry_run:
         print(dry_run.dry_run(args.config, n_trials=args.n_trials, storage=args.storage))
+        for reference in references:
+            print(f"gate against {reference.source}: readable ({reference.setting})")
         return 0
-    # A missing reference should stop the job before an hour of searching, not after it.
-    if args.compare is not None:
-        gate.run_snapshot(args.compare)
-    if args.gate_file is not None and (args.gate_file.exists() or not args.update_gate_file):
-        gate.read_gate_file(args.gate_file)
     try:
         with _signals_interrupt():
             outcome = job.run(args.config, workers=args.workers, resume=args.resume, quiet=args.quiet,

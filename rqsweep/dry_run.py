@@ -35,6 +35,8 @@ def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | No
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
         *([f"storage: {redact_url(sweep.storage) if sweep.storage else 'a journal file in the run folder'}"]
           if sweep.strategy == "optimize" else []),
+        f"inputs sha256: {inputs.sha256} (config, sweep, corpus and golden set: run.json's inputs_sha256)",
+        f"run folders: {config.output_dir / config.name}",
         f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
     ]
     if config.ranked == "all":

@@ -13,7 +13,8 @@ one. A change of golden set or corpus is stated above the table: the numbers may
 A gate file is the committed form of "before": a small JSON of the chosen setting's per-slice
 metrics, one slice per line, so that the diff of a ranking change reads as a before / after table,
 with the server profile and the corpus hash of the run it was written from. A value that is not a
-metric (null, not finite, outside [0, 1]) makes the file invalid, never a pass.
+metric (null, not finite, outside [0, 1]), a metric the file format does not hold, an unknown format marker or
+a key given twice makes the file invalid, never a pass.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
+
 from rqsweep import metrics
 from rqsweep.backends.base import describe_profile, profile_differences
 from rqsweep.errors import InputError, shown
 from rqsweep.files import write_text
-from rqsweep.gate_significance import METHOD, paired_rows
+from rqsweep.gate_significance import METHOD, MIN_PAIRS, paired_rows
 from rqsweep.golden import OVERALL
 from rqsweep.report.noise import run_noise, tolerance_warnings
 from rqsweep.runfolder import GRID, RunFolder, read_run_folder
@@ -35,6 +38,7 @@ GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
 FILE_METRICS = ("queries", *metrics.DEFAULT_METRICS)
 DECIMALS = 4
 GATE_FILE_FORMAT = 1
+FORMAT_KEY = "rqsweep_gate_file"  # the format marker a gate file starts with; absent in a file written by hand
 
 
 @dataclass(frozen=True)
@@ -78,10 +82,39 @@ def run_snapshot(run_dir: Path) -> Snapshot:
     return _snapshot(read_run_folder(run_dir))
 
 
+class _JsonObject(dict):
+    """A JSON object as read, with the keys it held more than once (`json` keeps the last one, silently)."""
+
+    repeated: tuple[str, ...] = ()
+
+
+def _json_object(pairs: list[tuple[str, object]]) -> _JsonObject:
+    read = _JsonObject(pairs)
+    if len(read) < len(pairs):
+        seen: set[str] = set()
+        read.repeated = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+    return read
+
+
+def _repeated_key(value: object, where: str = "") -> str | None:
+    """The path of the first key some object of `value` holds twice, or None."""
+    if isinstance(value, _JsonObject):
+        if value.repeated:
+            return f"{where}.{value.repeated[0]}".lstrip(".")
+        inner = ((f"{where}.{k}".lstrip("."), v) for k, v in value.items())
+    elif isinstance(value, list):
+        inner = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for at, v in inner if (found := _repeated_key(v, at)) is not None), None)
+
+
 def _checked_slice(path: Path, name: str, values: object) -> dict:
     if not isinstance(values, dict):
         raise InputError(path, f"slices.{name}", f"{shown(values)}: expected {{metric: value}}")
     for m, value in values.items():
+        if m not in FILE_METRICS:
+            raise InputError(path, f"slices.{name}.{m}", f"unknown metric: a gate file holds {', '.join(FILE_METRICS)}")
         if m == "queries":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(path, f"slices.{name}.{m}", f"{shown(value)}: expected a count of queries")
@@ -97,11 +130,20 @@ def _checked_slice(path: Path, name: str, values: object) -> dict:
 def read_gate_file(path: Path) -> Snapshot:
     """A gate file written by `write_gate_file`; raises InputError naming what is wrong."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=_json_object)
     except FileNotFoundError:
         raise InputError(path, "", "no such gate file: create it with --update-gate-file") from None
+    except IsADirectoryError:
+        raise InputError(path, "", "a folder, not a gate file: give the JSON file --update-gate-file writes (a run "
+                         "folder to compare with goes as PREVIOUS_RUN_DIR, or --compare)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"not valid JSON: {exc}") from None
+    if (repeated := _repeated_key(data)) is not None:
+        raise InputError(path, repeated, "given twice: JSON keeps only the last, silently; keep the one you mean")
+    marker = data.get(FORMAT_KEY) if isinstance(data, dict) else None
+    if marker is not None and (isinstance(marker, bool) or marker != GATE_FILE_FORMAT):
+        raise InputError(path, FORMAT_KEY, f"{shown(marker)}: an unknown gate file format (this rqsweep reads "
+                         f"{GATE_FILE_FORMAT}): use the rqsweep that wrote it, or rewrite it with --update-gate-file")
     slices = data.get("slices") if isinstance(data, dict) else None
     if not isinstance(slices, dict) or not slices:
         raise InputError(path, "slices", "missing: expected {slice: {metric: value}}")
@@ -165,7 +207,8 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
                 fell.append(f"{label} {a:.4f} -> {b:.4f}")
         if fell:
             row["check"] = "FELL"
-            problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g})"))
+            problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g} against "
+                                f"{before.source})"))
         elif s not in before.slices:
             row["check"] = "new"
         elif any(row[f"{label} after"] is None for label in GATED_METRICS.values()):
@@ -180,6 +223,28 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
             header += f"\nwarning: the {what} differs between the two (sha256 {a[:12]} -> {b[:12]}); a change may be " \
                       f"the {what}'s, not the ranking's"
     return header + "\n" + _table(rows), problems
+
+
+def _worse_queries(run: RunFolder, previous: RunFolder, slices: tuple[str, ...]) -> str:
+    """The failing slices' queries whose first relevant rank at the chosen setting is worse than at the previous
+    run's (not found counts as worst), one line per slice; empty when there are none."""
+    def ranks(folder: RunFolder) -> pl.DataFrame:
+        return folder.queries([folder.chosen]).filter(pl.col("error").is_null()).select(
+            "query_id", "query", "slice", "rank")
+
+    worse = ranks(run).join(ranks(previous).drop("slice"), on=["query_id", "query"], suffix="_before").filter(
+        (pl.col("rank_before") > 0) & ((pl.col("rank") == 0) | (pl.col("rank") > pl.col("rank_before"))))
+    lines = []
+    for s in slices:
+        part = worse if s == OVERALL else worse.filter(pl.col("slice") == s)
+        named = [f"{q} (rank {a} -> {b or 'not found'})" for q, a, b in part.select("query_id", "rank_before",
+                                                                                    "rank").rows()]
+        if named:
+            lines.append(f"  {s}: {', '.join(named)}")
+    if not lines:
+        return ""
+    return "\n".join([f"Queries worse than in run {previous.run_id}, in the failing slices (`rqsweep explain RUN_DIR "
+                      "QUERY_ID` shows why):", *lines])
 
 
 def _profile_note(before: Snapshot, now: Snapshot, allow_different: bool) -> str | None:
@@ -213,7 +278,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
                          "run folder (PREVIOUS_RUN_DIR, --compare); a gate file holds none: gate it in exact mode")
     run = read_run_folder(current)
     now = _snapshot(run)
-    references = [run_snapshot(previous)] if previous is not None else []
+    previous_run = read_run_folder(previous) if previous is not None else None
+    references = [_snapshot(previous_run)] if previous_run is not None else []
     if gate_file is not None:
         references.append(read_gate_file(gate_file))
     notes = [note for ref in references if (note := _profile_note(ref, now, allow_different))]
@@ -225,7 +291,12 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
         if mode == "exact":
             problems += fell
     if mode == "significant":
-        rows, regressed, paired = paired_rows(run, read_run_folder(previous))
+        rows, regressed, paired = paired_rows(run, previous_run)
+        if paired < MIN_PAIRS:
+            raise InputError(previous, "--gate-mode", f"significant: {paired} queries ran in both runs (the same id "
+                             f"and text, neither search failed); a paired test needs at least {MIN_PAIRS}, so no "
+                             "regression could be found and the gate cannot pass: compare with a run of the same "
+                             "golden set, or gate in exact mode")
         sections.append(f"Paired per query against run {references[0].source.removeprefix('run ')} "
                         f"({paired} queries ran in both; the table above is for reading, not the verdict):\n"
                         + _table(rows))
@@ -237,6 +308,8 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     failing = tuple(dict.fromkeys(s for s, _ in problems))
     if problems:
         verdict = f"Gate FAILED: {', '.join(failing)}\n" + "\n".join(f"  {p}" for _, p in problems)
+        if previous_run is not None and (worse := _worse_queries(run, previous_run, failing)):
+            verdict += "\n" + worse
     elif mode == "significant":
         verdict = ("Gate passed: every slice has its metrics, none is at zero, and none regressed significantly "
                    "against the previous run.")
@@ -263,7 +336,7 @@ def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
     width = max(len(json.dumps(s)) for s in snapshot.slices) + 1
     lines = [
         "{",
-        f'  "rqsweep_gate_file": {GATE_FILE_FORMAT},',
+        f'  "{FORMAT_KEY}": {GATE_FILE_FORMAT},',
         f'  "config": {json.dumps(config)},',
         f'  "run_id": {json.dumps(run_id)},',
         f'  "golden_sha256": {json.dumps(snapshot.golden_sha256)},',

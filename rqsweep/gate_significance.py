@@ -6,7 +6,9 @@ queries both ran (the same query id and text, neither search failed), and tests 
 of each gated metric with the two-sided sign-flip permutation test of the report (`significance.paired_test`,
 seeded). The p-values of every (slice, metric) test, overall included, are adjusted together with Holm's
 step-down method; a slice fails when an adjusted p-value is below ALPHA and its mean difference is negative.
-A gate file holds no per-query values, so this mode needs a previous run folder.
+A gate file holds no per-query values, so this mode needs a previous run folder; two runs that share fewer than
+MIN_PAIRS queries cannot be compared this way (the gate refuses them, exit 2, rather than pass a test that could
+not have failed).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rqsweep.significance import ALPHA, ROUNDS, holm, paired_test
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder
 
+MIN_PAIRS = 2  # fewer queries paired: no test can find a regression, so the gate could not fail
 METHOD = (f"two-sided paired sign-flip permutation test per slice and metric ({ROUNDS:,} flips, seeded), "
           f"Holm-adjusted over every test, fails on an adjusted p < {ALPHA:g} with a negative mean difference")
 

@@ -203,8 +203,9 @@ class _Chooser:
                     won += mine > theirs
                     gained += (mine - theirs) * self.members[h, k]
                     queries += self.members[h, k]
-            gain = gained / queries if queries else None
-            routed = compared > 0 and 2 * won > compared and gain is not None and gain > 0
+            # Plain Python values: numpy's bool_ would reach routing.json as the string "True" or "False".
+            gain = float(gained / queries) if queries else None
+            routed = bool(compared > 0 and 2 * won > compared and gain is not None and gain > 0)
             routes[s] = Route(candidate if routed else chosen, candidate, routed, won, compared, gain)
         return chosen, routes
 

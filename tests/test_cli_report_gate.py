@@ -123,6 +123,23 @@ def test_dry_run_makes_no_search(monkeypatch, capsys):
     assert capsys.readouterr().out.strip() == "would sweep config.yaml"
 
 
+def test_a_dry_run_checks_the_gate_references_it_is_given(tmp_path, previous, monkeypatch, capsys):
+    monkeypatch.setattr(dry_run, "dry_run", lambda config, **_: f"would sweep {config}")
+    gate_file = tmp_path / "gate.json"
+    assert main(["config.yaml", "--dry-run", "--compare", str(tmp_path / "nowhere")]) == 2
+    assert f"{tmp_path / 'nowhere'}: not a run folder" in capsys.readouterr().err
+    assert main(["config.yaml", "--dry-run", "--gate-file", str(gate_file)]) == 2
+    assert f"{gate_file}: no such gate file" in capsys.readouterr().err
+    assert main(["config.yaml", "--dry-run", "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    assert capsys.readouterr().out == "would sweep config.yaml\n"  # a gate file it will create need not exist
+    assert main(["gate", str(previous), "--gate-file", str(gate_file), "--update-gate-file"]) == 0
+    capsys.readouterr()
+    assert main(["config.yaml", "--dry-run", "--compare", str(previous), "--gate-file", str(gate_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "gate against run 20260101T000000Z-aaaa: readable (rrf_k=20 min_similarity=off half_life=0d)",
+        f"gate against gate file {gate_file}: readable (rrf_k=20 min_similarity=off half_life=0d)"]
+
+
 def test_a_damaged_gate_file_exits_2_naming_the_slice_and_metric(tmp_path, previous, capsys):
     path = tmp_path / "gate.json"
     assert main(["gate", str(previous), "--gate-file", str(path), "--update-gate-file"]) == 0
@@ -198,4 +215,27 @@ def test_a_study_storage_that_cannot_be_opened_stops_the_run_before_it_and_leave
     err = capsys.readouterr().err
     assert f"cannot open the study storage postgresql://rq:***@127.0.0.1:{port}/studies" in err
     assert "pw-never-shown" not in err and "Traceback" not in err
-    assert list((tmp_path / "out").rglob("run.json")) == []  # no failed run folder left to clutter results/
+    assert not (tmp_path / "out" / "mini").exists()  # no failed run folder, nor its name's, left in results/
+
+
+@pytest.mark.parametrize("command", ["report", "gate", "gate-previous", "export", "collect", "explain", "resume",
+                                     "compare"])
+def test_a_file_given_as_a_run_folder_exits_2_naming_it(tmp_path, previous, command, capsys):
+    from tests.minijob import write_job
+
+    file = tmp_path / "grid.parquet"
+    file.write_text("not a folder")
+    config = str(write_job(tmp_path / "job"))
+    argv = {"report": ["report", str(file)], "gate": ["gate", str(file), str(previous)],
+            "gate-previous": ["gate", str(previous), str(file)], "export": ["export", str(file)],
+            "collect": ["collect", str(file)], "explain": ["explain", str(file), "q1"],
+            "resume": [config, "--resume", str(file), "--quiet"], "compare": [config, "--compare", str(file)]}[command]
+    assert main(argv) == 2
+    assert f"rqsweep: {file}: not a run folder (a file)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["gate", "run"])
+def test_a_folder_given_as_the_gate_file_exits_2_naming_it(tmp_path, previous, command, capsys):
+    argv = ["gate", str(previous)] if command == "gate" else ["config.yaml"]
+    assert main([*argv, "--gate-file", str(previous)]) == 2
+    assert f"rqsweep: {previous}: a folder, not a gate file" in capsys.readouterr().err

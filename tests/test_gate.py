@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, comparable_profile
 from rqsweep.errors import InputError
 from rqsweep.gate import gate, read_gate_file, write_gate_file
-from tests.runfolders import write_run
+from tests.runfolders import query_rows, write_run
 
 BASE, BEST = "k60_moff_h0.0", "k20_moff_h0.0"
 BEFORE = {"entity": (.8, .9, .7), "freshness": (.6, .8, .5), "overall": (.7, .85, .6)}
@@ -46,7 +47,8 @@ def test_a_regression_names_the_slice(tmp_path, previous):
     current = _run(tmp_path / "current", _with(freshness=(.6, .8, .45)))
     result = gate(current, previous, None, 0.0)
     assert not result.passed and result.failing_slices == ("freshness",)
-    assert result.problems == ("freshness: MRR 0.5000 -> 0.4500 (fell by more than 0)",)
+    assert result.problems == ("freshness: MRR 0.5000 -> 0.4500 (fell by more than 0 against run "
+                               "20260101T000000Z-aaaa)",)
     assert "FELL" in result.text
 
 
@@ -150,6 +152,13 @@ def test_a_damaged_gate_file_value_is_invalid_naming_the_slice_and_metric(tmp_pa
     ('{"slices": {"entity": {"queries": 2.5, "recall_at_10": 0.5, "mrr": 0.5}}}', "slices.entity.queries"),
     ('{"golden_sha256": 5, "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "golden_sha256"),
     ('{"server_profile": "embedded", "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "server_profile"),
+    ('{"rqsweep_gate_file": 2, "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "rqsweep_gate_file"),
+    ('{"rqsweep_gate_file": "1", "slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}}', "rqsweep_gate_file"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5, "ndcg_at_10": 0.9}}}', "slices.entity.ndcg_at_10"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.9, "mrr": 0.5}}}', "slices.entity.mrr"),
+    ('{"slices": {"entity": {"recall_at_10": 0.5, "mrr": 0.5}}, "slices": {"entity": {"recall_at_10": 0.4, '
+     '"mrr": 0.5}}}', "slices"),
+    ('{"server_profile": {"ranking": "hybrid", "ranking": "pure cosine"}, "slices": {}}', "server_profile.ranking"),
 ])
 def test_a_gate_file_of_the_wrong_shape_is_invalid(tmp_path, previous, text, where):
     path = tmp_path / "gate.json"
@@ -157,6 +166,20 @@ def test_a_gate_file_of_the_wrong_shape_is_invalid(tmp_path, previous, text, whe
     with pytest.raises(InputError) as caught:
         read_gate_file(path)
     assert caught.value.where == where
+
+
+def test_a_gate_file_holding_a_slice_twice_is_refused_naming_the_file_and_slice(tmp_path, previous, capsys):
+    from rqsweep.cli import main
+
+    path = tmp_path / "gate.json"
+    write_gate_file(previous, path)
+    lines = path.read_text().splitlines()
+    (freshness,) = [line for line in lines if '"freshness"' in line]
+    # A merge that kept both sides: JSON would keep the second, silently.
+    path.write_text("\n".join([*lines[:lines.index(freshness) + 1], freshness.replace("0.5000", "0.1000"),
+                                *lines[lines.index(freshness) + 1:]]))
+    assert main(["gate", str(previous), "--gate-file", str(path)]) == 2
+    assert f"rqsweep: {path}: slices.freshness: given twice" in capsys.readouterr().err
 
 
 EMBEDDED = {**EMBEDDED_PROFILE, "embedder": "feature-hash/1024"}
@@ -227,3 +250,28 @@ def test_a_change_of_corpus_is_stated(tmp_path):
     write_gate_file(before, path)
     assert "warning: the corpus differs between the two" in gate(now, None, path, 0.0).text
     assert "corpus differs" not in gate(before, None, path, 0.0).text
+
+
+def test_each_fall_is_said_once_per_reference_naming_it(tmp_path, previous):
+    path = tmp_path / "gate.json"
+    write_gate_file(previous, path)
+    result = gate(_run(tmp_path / "current", _with(freshness=(.6, .8, .45))), previous, path, 0.0)
+    assert result.problems == (
+        "freshness: MRR 0.5000 -> 0.4500 (fell by more than 0 against run 20260101T000000Z-aaaa)",
+        f"freshness: MRR 0.5000 -> 0.4500 (fell by more than 0 against gate file {path})")
+
+
+def test_a_failed_gate_names_the_failing_slices_queries_that_got_worse_than_in_the_previous_run(tmp_path):
+    def run(path, freshness_ranks, entity_ranks, slices, run_id):
+        queries = pl.concat([query_rows(BEST, "freshness", freshness_ranks), query_rows(BEST, "entity", entity_ranks)])
+        return write_run(path, {BASE: BEFORE, BEST: slices}, baseline=BASE, best=BEST, queries=queries, run_id=run_id)
+
+    previous = run(tmp_path / "previous", [1, 2, 1, 3], [1, 1], BEFORE, "20260101T000000Z-aaaa")
+    current = run(tmp_path / "current", [1, 4, 0, 2], [2, 1], _with(freshness=(.6, .8, .45)), "20260102T000000Z-bbbb")
+    result = gate(current, previous, None, 0.0)
+    assert result.failing_slices == ("freshness",)
+    lines = result.text.splitlines()
+    heading = lines.index("Queries worse than in run 20260101T000000Z-aaaa, in the failing slices (`rqsweep "
+                          "explain RUN_DIR QUERY_ID` shows why):")
+    # entity-0 fell too, but entity passed: only the failing slice's queries are named.
+    assert lines[heading + 1:] == ["  freshness: freshness-1 (rank 2 -> 4), freshness-2 (rank 1 -> not found)"]

@@ -63,6 +63,23 @@ def test_a_regression_luck_could_make_is_not_significant_after_holm(tmp_path, pr
     assert not gate(current, previous, None, 0.25).passed
 
 
+@pytest.mark.parametrize("shared", [0, 1])
+def test_the_significant_mode_refuses_runs_that_share_fewer_than_two_queries(tmp_path, previous, capsys, shared):
+    """Nothing paired, nothing could fail: that is no pass (exit 2, as two runs that cannot be compared)."""
+    current = _run(tmp_path / "current", [0] * 10, "20260102T000000Z-bbbb")  # every freshness query lost
+    queries = pl.read_parquet(current / "queries.parquet").with_columns(  # the golden set's texts reworded
+        pl.when(pl.col("query_id").is_in([f"entity-{i}" for i in range(shared)])).then(pl.col("query"))
+        .otherwise("reworded " + pl.col("query")).alias("query"))
+    queries.write_parquet(current / "queries.parquet")
+    with pytest.raises(InputError) as err:
+        gate(current, previous, None, 0.0, mode="significant")
+    assert err.value.where == "--gate-mode" and err.value.file == str(previous)
+    assert err.value.problem.startswith(f"significant: {shared} queries ran in both runs (the same id and text, "
+                                        "neither search failed); a paired test needs at least 2")
+    assert main(["gate", str(current), str(previous), "--gate-mode", "significant"]) == 2
+    assert "Gate passed" not in capsys.readouterr().out
+
+
 def test_the_significant_mode_refuses_a_gate_file(tmp_path, previous):
     with pytest.raises(InputError) as err:
         gate(previous, None, tmp_path / "gate.json", 0.0, mode="significant")

@@ -180,6 +180,7 @@ def test_a_baseline_only_run_may_name_a_refused_knob_at_its_default(tmp_path, ol
                                                               "knobs": {"rrf_k": {"values": [5, 60]}}})
     with pytest.raises(Exception, match="does not accept `rrf_k`.*this sweep varies rrf_k"):
         job.run(moved, quiet=True, output_dir=tmp_path / "out")
+    assert not (tmp_path / "out" / "k5").exists()  # the refused run leaves no folder, not even its name's
 
 
 def test_a_killed_seed_resumes_without_a_second_project(tmp_path, old_server):

@@ -199,7 +199,33 @@ def test_cross_validation_can_be_turned_off(tmp_path):
     run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE,
                         queries=QUERIES, config={**CONFIG, "validation": False})
     md = write_report(run_dir)[0].read_text()
-    assert "Held-out gain" not in md and "No cross-validation: the config turns it off" in md
+    assert "Held-out gain" not in md and "No cross-validation: the config turns cross-validation off" in md
+
+
+def test_a_one_query_golden_set_is_the_reason_given_for_no_held_out_figures(tmp_path):
+    one = {"entity": (1, 1, .5), "overall": (1, 1, .5)}
+    queries = pl.concat([query_rows(BASE, "entity", [2]), query_rows(BEST, "entity", [1])])
+    run_dir = write_run(tmp_path / "run", {BASE: one, BEST: {**one, "entity": (1, 1, 1), "overall": (1, 1, 1)}},
+                        baseline=BASE, best=BEST, queries=queries, sizes={"entity": 1, "overall": 1})
+    md = write_report(run_dir)[0].read_text()
+    reason = "the golden set has 1 query, and cross-validation needs at least two to split"
+    assert f"No cross-validation: {reason}." in md and f"No routing table: {reason} (" in md
+    assert "kept its held-out figures" not in md and "turns cross-validation off" not in md
+
+
+def test_a_server_that_refuses_rrf_k_and_the_half_life_gets_no_section_on_them(tmp_path):
+    floor = "k60_m0.3_h0.0"
+    settings = {BASE: SETTINGS[BASE], floor: {**SETTINGS[BASE], "overall": (.95, .95, .5)}}
+    queries = pl.concat([query_rows(BASE, "entity", [2] * 4), query_rows(floor, "entity", [1, 2, 2, 2])])
+    profile = {"backend": "http", "version": "0.28.0", "ranking": "pure cosine", "knobs_accepted": ["min_similarity"],
+               "knobs_refused": {"recency_half_life_days": "HTTP 400", "rrf_k": "HTTP 400"}, "mode": "direct"}
+    run_dir = write_run(tmp_path / "run", settings, baseline=BASE, best=floor, queries=queries, profile=profile)
+    md = write_report(run_dir)[0].read_text()
+    assert "### min_similarity" in md
+    assert ("rrf_k and recency_half_life_days are not shown: the server refuses them, so every search ran at "
+            "SOAT's default") in md
+    for gone in ("### rrf_k", "### recency_half_life_days", "rrf_k x half-life heatmap", "What the recency blend costs"):
+        assert gone not in md, gone
 
 
 def test_report_of_a_run_without_a_feasible_setting(tmp_path):
@@ -280,7 +306,7 @@ def test_a_run_written_before_violation_keys_and_kept_cross_validation_still_get
                 if k != b"rqsweep.validation"}
     write_parquet(run_dir / "grid.parquet", grid, metadata)  # as an older rqsweep wrote it
     md = write_report(run_dir)[0].read_text()
-    assert "No cross-validation recorded: this run was written before rqsweep kept it" in md
+    assert "No cross-validation: this run was written before rqsweep kept its held-out figures" in md
     assert "run the sweep again to have them grouped here" in md
     assert "Best feasible setting" in md
 

@@ -177,7 +177,7 @@ def test_without_cross_validation_there_is_no_routing_and_the_report_says_why(tm
     out = job.run(write_job(tmp_path, validation=False), quiet=True)
     assert not (out.run_dir / "routing.json").exists()
     assert "Routing held-out gain" not in out.summary
-    assert "No routing table: cross-validation is off" in (out.run_dir / "report.md").read_text()
+    assert "No routing table: the config turns cross-validation off" in (out.run_dir / "report.md").read_text()
 
 
 def test_the_guard_keeps_a_slice_that_wins_exactly_half_its_folds_whatever_its_pooled_gain():
@@ -270,3 +270,25 @@ def test_a_sum_over_some_folds_has_the_bits_of_numpys_sum_over_them(metrics, set
     part = tuple(sorted(data.draw(st.sets(st.integers(0, folds - 1)))))
     summed = _fold_sum(np.ascontiguousarray(np.moveaxis(total, 2, 0)), part)
     assert np.array_equal(summed.view(np.int64), total[:, :, list(part)].sum(axis=2).view(np.int64))
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_routing_json_writes_routed_as_a_json_boolean(tmp_path, noisy):
+    """A guarded slice's `routed` is a JSON true or false, never the string "True" or a truthy "False"."""
+    from rqsweep.runfolder.tables import read_routing, write_routing
+
+    write_routing(tmp_path, routing_of(small_slice_run(noisy=noisy)).record("run"))
+    data = read_routing(tmp_path)
+    assert data["slices"]["s"]["routed"] is (not noisy)
+    assert data["slices"]["s"]["guard"]["folds_compared"] == 3
+
+
+def test_a_routing_json_whose_routed_is_not_a_boolean_is_refused_naming_the_slice(tmp_path):
+    from rqsweep.errors import InputError
+    from rqsweep.runfolder.tables import read_routing, write_routing
+
+    data = routing_of(small_slice_run(noisy=True)).record("run")
+    data["slices"]["s"]["routed"] = "False"
+    write_routing(tmp_path, data)
+    with pytest.raises(InputError, match=r"slices\.s\.routed.*'False'"):
+        read_routing(tmp_path)

@@ -78,5 +78,17 @@ def test_an_older_run_json_reads_its_missing_keys_as_none_and_a_damaged_one_is_r
         with pytest.raises(InputError, match=problem) as caught:
             RunRecord.read(tmp_path)
         assert str(tmp_path / RUN_JSON) in str(caught.value)
-    with pytest.raises(InputError, match=r"not a run folder \(no run.json\)"):
+    with pytest.raises(InputError, match=r"not a run folder \(no such folder\)"):
         RunRecord.read(tmp_path / "elsewhere")
+
+
+def test_the_run_ids_hash_is_of_every_input_the_corpus_included(inputs, tmp_path):
+    from rqsweep.runfolder import run_folder_of
+
+    corpus = tmp_path / "job" / "corpus.yaml"
+    corpus.write_text(corpus.read_text().replace("nightly", "weekly"))
+    edited = load_inputs(tmp_path / "job" / "job.yaml")
+    assert (edited.config.sha256, edited.golden.sha256) == (inputs.config.sha256, inputs.golden.sha256)
+    ids = [run_folder_of(i, None, tmp_path / "out", NOW)[1].run_id for i in (inputs, inputs, edited)]
+    assert ids[0].endswith(f"-{inputs.sha256[:8]}") and ids[1] == f"{ids[0]}-2"  # equal inputs share a suffix
+    assert ids[2] == f"20260102T030405Z-{edited.sha256[:8]}"

@@ -8,15 +8,14 @@ from typing import Callable, Sequence
 import polars as pl
 
 from rqsweep.backends.base import describe_profile
-from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import KNOBS, blends
+from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
 from rqsweep.noise import SliceNoise
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
 from rqsweep.report.routing import routing_blocks
-from rqsweep.report.held_out import gain_table, run_cross_validation
+from rqsweep.report.held_out import gain_table, run_cross_validation, why_not_validated
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.summary import SENSITIVE
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
@@ -65,11 +64,7 @@ def _verdict(run: RunFolder) -> list[Block]:
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
     blocks: list[Block] = [Heading("How much of the gain holds on unseen queries")]
     if cv is None:
-        if run.validation is None and read_validation(run.config.get("validation"), run.path) is not None:
-            return blocks + [Paragraph("No cross-validation recorded: this run was written before rqsweep kept it "
-                                       "in grid.parquet; run the sweep again for a held-out estimate.")]
-        return blocks + [Paragraph("No cross-validation: the config turns it off (`validation: false` or "
-                                   "`folds: 0`), or the golden set has fewer than two queries.")]
+        return blocks + [Paragraph(f"No cross-validation: {why_not_validated(run)}.")]
     others = cv.folds - 1
     return blocks + [
         Paragraph(" ".join(summary_lines(cv, metric_label(run.objective[0]))[1:]).strip() + "."),
@@ -133,6 +128,10 @@ def _knobs(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
             blocks.append(Table(table, frozenset({chosen_row(table, run, knob)}),
                                 note=f"Bold: the chosen setting. The other knobs are held at its values ({others}); "
                                      "only values the run evaluated appear."))
+    if run.refused_knobs:
+        blocks.append(Paragraph(f"{' and '.join(run.refused_knobs)} {'are' if len(run.refused_knobs) > 1 else 'is'} "
+                                f"not shown: the server refuses {'them' if len(run.refused_knobs) > 1 else 'it'}, so "
+                                "every search ran at SOAT's default."))
     return blocks
 
 
@@ -152,15 +151,16 @@ def _plots(run: RunFolder, tables: dict[str, pl.DataFrame]) -> list[Block]:
             Figure("Share of feasible settings per pair of knobs", plots.png(plots.feasibility_map(run))),
             Figure(f"{label} per trial, and the best feasible so far", plots.png(plots.optimisation_history(run)))]
     heatmap = plots.best_feasible_heatmap(run)
-    if heatmap is None:
+    if heatmap is None and not {RRF_K, HALF_LIFE} & set(run.refused_knobs):
         blocks.append(Paragraph("No rrf_k x half-life heatmap: no setting is feasible, or the run does not fill a "
                                 "grid of them (fewer than two values of one, or under half the cells evaluated); "
                                 "the feasibility map below shows where it looked."))
-    else:
+    elif heatmap is not None:
         blocks.append(Figure(f"Best feasible {label} per rrf_k x recency half-life, over min_similarity; "
                              f"hatched: {plots.INFEASIBLE_CELL}", plots.png(heatmap)))
-    blocks.append(Figure("MRR per slice against one knob, the other two held; grey band: infeasible",
-                         plots.png(plots.slice_mrr_by_knob(run, tables))))
+    if tables:
+        blocks.append(Figure("MRR per slice against one knob, the other two held; grey band: infeasible",
+                             plots.png(plots.slice_mrr_by_knob(run, tables))))
     blocks.append(Figure("Share of feasible settings per pair of knobs", plots.png(plots.feasibility_map(run))))
     return blocks
 
@@ -198,6 +198,8 @@ def _infeasible(run: RunFolder) -> list[Block]:
 
 
 def _recency(run: RunFolder) -> list[Block]:
+    if HALF_LIFE in run.refused_knobs:
+        return []
     chosen = run.knobs(run.chosen)
     k, h = chosen.rrf_k, chosen.recency_half_life_days
     blocks: list[Block] = [Heading("What the recency blend costs")]
@@ -215,7 +217,7 @@ def _recency(run: RunFolder) -> list[Block]:
 _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
     lambda run, tables, cv, noise: _headline(run, cv), lambda run, tables, cv, noise: _comparison(run),
     lambda run, tables, cv, noise: _plots(run, tables), lambda run, tables, cv, noise: _held_out(run, cv),
-    lambda run, tables, cv, noise: routing_blocks(run.path, metric_label(run.objective[0])),
+    lambda run, tables, cv, noise: routing_blocks(run, metric_label(run.objective[0])),
     lambda run, tables, cv, noise: _significance(run, cv), lambda run, tables, cv, noise: _knobs(run, tables),
     lambda run, tables, cv, noise: _infeasible(run), lambda run, tables, cv, noise: ladder_blocks(run),
     lambda run, tables, cv, noise: noise_blocks(run, noise), lambda run, tables, cv, noise: _recency(run),
@@ -227,7 +229,7 @@ def build(run: RunFolder, step: Callable[[int], None] = lambda _: None,
           noise: Sequence[SliceNoise] | None = None) -> list[Block]:
     """The report's blocks for one run folder; `step(1)` after each of its `STEPS` parts (a `Progress`).
     `noise`: the noise figures, when the run's job made them as it evaluated (else read from queries.parquet)."""
-    tables = {knob: knob_table(run, knob) for knob in KNOBS}
+    tables = {knob: knob_table(run, knob) for knob in KNOBS if knob not in run.refused_knobs}
     step(1)
     cv = run_cross_validation(run)
     step(1)

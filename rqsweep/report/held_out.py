@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from rqsweep.config import read_validation
+from rqsweep.golden import OVERALL
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder
 from rqsweep.validation import CrossValidation
@@ -12,6 +14,17 @@ from rqsweep.validation import CrossValidation
 def run_cross_validation(run: RunFolder) -> CrossValidation | None:
     """The run's cross-validation (its `rqsweep.validation` metadata); None when it was off or had too few queries."""
     return None if run.validation is None else CrossValidation.from_json(run.validation)
+
+
+def why_not_validated(run: RunFolder) -> str:
+    """Why a run has no held-out figures (its cross-validation and routing table), as its config and grid say."""
+    if read_validation(run.config.get("validation"), run.path) is None:
+        return "the config turns cross-validation off (`validation: false` or `folds: 0`)"
+    queries = run.slice_rows(run.baseline)[OVERALL]["queries"]
+    if queries < 2:
+        return (f"the golden set has {queries} {'query' if queries == 1 else 'queries'}, and cross-validation needs "
+                "at least two to split")
+    return "this run was written before rqsweep kept its held-out figures; run the sweep again to have them"
 
 
 def gain_table(cv: CrossValidation) -> pl.DataFrame:

@@ -3,14 +3,14 @@ choice."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
+from rqsweep.report.held_out import why_not_validated
 from rqsweep.report.render import Block, Heading, Paragraph, Table
+from rqsweep.runfolder import RunFolder
 from rqsweep.runfolder.folder import ROUTING
 from rqsweep.significance import ROUNDS
 from rqsweep.runfolder.tables import read_routing
@@ -71,12 +71,13 @@ def routing_table(data: dict) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def routing_blocks(run_dir: Path, metric_label: str) -> list[Block]:
+def routing_blocks(run: RunFolder, metric_label: str) -> list[Block]:
+    run_dir = run.path
     data = read_routing(run_dir)
     heading = Heading("One setting per slice (routing)")
     if data is None:
-        return [heading, Paragraph("No routing table: cross-validation is off in this run's config (the guard and "
-                                   "the held-out gain need folds), or the run was written before rqsweep kept one.")]
+        return [heading, Paragraph(f"No routing table: {why_not_validated(run)} (the guard and the held-out gain "
+                                   "need cross-validation's folds).")]
     try:
         return [heading, *_routing_section(data, metric_label)]
     except (KeyError, TypeError, ValueError) as exc:  # a hand-edited file: its keys are the writer's

@@ -20,7 +20,7 @@ from rqsweep.engine.index import DEFAULT_LIMIT
 from rqsweep.errors import InputError
 from rqsweep.files import reading_parquet
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import KNOBS, Knobs
 from rqsweep.runfolder.folder import GRID, QUERIES
 from rqsweep.runfolder.record import RunRecord
 
@@ -43,6 +43,12 @@ class RunFolder:
     def corpus_sha256(self) -> str | None:
         """The corpus searched (`Corpus.sha256`); None before runs kept it."""
         return self.record.corpus_sha256
+
+    @property
+    def refused_knobs(self) -> tuple[str, ...]:
+        """The knobs the server refused, which every search left at SOAT's default (`knobs_refused`)."""
+        refused = (self.server_profile or {}).get("knobs_refused") or ()
+        return tuple(k for k in KNOBS if k in refused)
 
     @property
     def warnings(self) -> tuple[str, ...]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -23,14 +22,14 @@ ROUTING = "routing.json"  # one setting per slice: `rqsweep.report.routing`, wri
 STATE_DIR = "state"  # the resumable state: `runfolder.state`; an optimise run's journal lives there too
 
 
-def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: datetime) -> tuple[str, Path]:
+def new_run_folder(parent: Path, inputs_sha256: str, now: datetime) -> tuple[str, Path]:
     """Create a run's folder under `parent`; returns (run id, folder).
 
-    The id is the UTC time, then a short hash of the inputs: runs sort by time, and equal inputs share a
-    suffix. Runs of the same inputs started in the same second get `-2`, `-3`, ... after it.
+    The id is the UTC time, then the start of the inputs' hash (`Inputs.sha256`: config, sweep, corpus and golden
+    set, run.json's `inputs_sha256`): runs sort by time, and equal inputs share a suffix. Runs of the same inputs
+    started in the same second get `-2`, `-3`, ... after it.
     """
-    digest = hashlib.sha256(f"{config_sha256}:{golden_sha256}".encode()).hexdigest()[:8]
-    first = f"{now:%Y%m%dT%H%M%SZ}-{digest}"
+    first = f"{now:%Y%m%dT%H%M%SZ}-{inputs_sha256[:8]}"
     run_id, n = first, 1
     with writing_in(parent):
         parent.mkdir(parents=True, exist_ok=True)
@@ -41,6 +40,14 @@ def new_run_folder(parent: Path, config_sha256: str, golden_sha256: str, now: da
             except FileExistsError:
                 n += 1
                 run_id = f"{first}-{n}"
+
+
+def check_run_folder(path: Path) -> None:
+    """InputError (exit 2) unless `path` is a folder holding a run.json: what every command given a run folder
+    (report, gate, explain, export, collect, --resume, --compare) checks first, through `RunRecord.read`."""
+    if not (path / RUN_JSON).is_file():
+        found = "a file" if path.is_file() else f"no {RUN_JSON}" if path.is_dir() else "no such folder"
+        raise InputError(path, "", f"not a run folder ({found}): give the folder a run wrote, results/NAME/RUN_ID")
 
 
 @contextlib.contextmanager
@@ -61,9 +68,12 @@ def holding(run_dir: Path) -> Iterator[None]:
 
 
 def remove_if_bare(run_dir: Path) -> bool:
-    """Delete a new run's folder that holds nothing but its run.json and lock (a run that could not start);
-    returns whether it did. A folder with anything else (a seed's record of writes to a server) stays."""
+    """Delete a new run's folder that holds nothing but its run.json and lock (a run that could not start), and
+    its name's folder (`results/<name>/`) when no other run is left in it; returns whether it did. A folder with
+    anything else (a seed's record of writes to a server) stays."""
     if any(p.name not in (RUN_JSON, LOCK_FILE) for p in run_dir.iterdir()):
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):  # not empty: other runs of the name are there
+        run_dir.parent.rmdir()
     return True

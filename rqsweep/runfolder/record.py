@@ -31,7 +31,7 @@ from rqsweep.errors import InputError
 from rqsweep.files import write_json
 from rqsweep.inputs import Inputs
 from rqsweep.knobs import Knobs
-from rqsweep.runfolder.folder import RUN_JSON, new_run_folder
+from rqsweep.runfolder.folder import RUN_JSON, check_run_folder, new_run_folder
 from rqsweep.scrub import redact_url
 
 Status = Literal["running", "interrupted", "failed", "complete"]
@@ -139,11 +139,10 @@ class RunRecord:
     @classmethod
     def read(cls, run_dir: Path) -> RunRecord:
         """The run.json of `run_dir`; InputError when there is none or it is not a record."""
+        check_run_folder(run_dir)
         path = run_dir / RUN_JSON
         try:
             data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(run_dir, "", f"not a run folder (no {RUN_JSON})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(path, "", f"not valid JSON: {exc}") from None
         if not isinstance(data, dict):
@@ -155,7 +154,7 @@ def run_folder_of(inputs: Inputs, resume: Path | None, parent: Path, now: dateti
     """A run's folder and its record as the run (re)starts: the folder `resume` names, refused when the inputs
     changed since it started, or a new one under `parent`."""
     if resume is None:
-        run_id, run_dir = new_run_folder(parent, inputs.config.sha256, inputs.golden.sha256, now)
+        run_id, run_dir = new_run_folder(parent, inputs.sha256, now)
         return run_dir, RunRecord.begin(inputs, run_id, run_dir, now)
     return resume, RunRecord.read(resume).resume(inputs, resume, now)
 

@@ -140,6 +140,11 @@ def read_routing(run_dir: Path) -> dict | None:
         raise InputError(path, "", f"damaged, not valid JSON ({exc}): run the sweep again to rewrite it") from None
     if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("slices", "held_out")):
         raise InputError(path, "", "damaged: expected an object with `slices` and `held_out`; run the sweep again")
+    for name, route in data["slices"].items():
+        routed = route.get("routed") if isinstance(route, dict) else None
+        if not isinstance(routed, bool):
+            raise InputError(path, f"slices.{name}.routed", f"expected true or false, got {routed!r}; run the sweep "
+                             "again to rewrite it")
     return data
 
 
