@@ -106,7 +106,7 @@ def http_direct(workers: list[int], n_settings: int, in_flight: int, rate: float
     ks = [1, 2, 3, 5, 8, 10, 20, 40, 60, 100][:n_settings]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        server, url = bench_http.start_server(bench_http.write_config(folder, "engine", {"kind": "embedded"}, [60]))
+        server, url = bench_http.start_server(bench_http.write_config(folder, "engine", bench_http.ENGINE, [60]))
         try:
             for cap in (None, rate):
                 for n in [0, *workers]:

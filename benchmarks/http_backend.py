@@ -65,6 +65,10 @@ def start_server(config: Path) -> tuple[subprocess.Popen, str]:
     return proc, match.group(1)
 
 
+# The server's engine: SOAT's eval stand-in, what the figures in benchmarks/README.md were measured with.
+ENGINE = {"kind": "embedded", "embedder": {"kind": "feature-hash", "dimensions": 1024}}
+
+
 def write_config(folder: Path, name: str, backend: dict, rrf_ks: list[int]) -> Path:
     config = {
         "name": name, "corpus": str(HANDBOOK / "corpus.yaml"), "golden": str(HANDBOOK / "golden.yaml"),
@@ -171,7 +175,7 @@ def main() -> None:
     os.environ["SOAT_PASSWORD"] = PASSWORD
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        engine = write_config(folder, "engine", {"kind": "embedded"}, [60])
+        engine = write_config(folder, "engine", ENGINE, [60])
         server, url = start_server(engine)
         try:
             backend = {"kind": "http", "base_url": url, "username": "admin", "seed": True,

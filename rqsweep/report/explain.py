@@ -106,6 +106,7 @@ class Recompute:
         if len(getattr(backend, "embedders", ())) > 1:  # one embedder's run of a sweep over several
             config = dataclasses.replace(self.inputs.config, backend=backend.only(run.record.embedder))
             self.inputs = dataclasses.replace(self.inputs, config=config)
+        run.record.check_embedder(self.inputs, run.path)
         self._index = None
 
     @property

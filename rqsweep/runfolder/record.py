@@ -109,8 +109,19 @@ class RunRecord:
             raise InputError(run_dir / RUN_JSON, "inputs_sha256",
                              f"{self.inputs_sha256!r} differs from the current inputs' {inputs.sha256!r}: "
                              "the config, sweep, corpus or golden set changed since this run started")
+        self.check_embedder(inputs, run_dir)
         begun = RunRecord.begin(inputs, self.run_id, run_dir, now)
         return replace(begun, started_at=self.started_at or begun.started_at, resumed_at=now.isoformat())
+
+    def check_embedder(self, inputs: Inputs, run_dir: Path) -> None:
+        """InputError when `inputs`' config gives another embedder than this run's, its bytes unchanged: a config
+        without `embedder:` meant the feature hash before the local model became the default."""
+        label = getattr(inputs.config.backend, "label", None)
+        if self.embedder is not None and self.embedder != label:
+            raise InputError(run_dir / RUN_JSON, "embedder",
+                             f"{self.embedder!r} made this run, but its unchanged config now gives {label!r} (a "
+                             "config without `embedder:` meant the feature hash before the local model became "
+                             "the default): this run can be neither continued nor recomputed; start a new one")
 
     def finish(self, **values) -> RunRecord:
         """The complete record: `values` are the `finish` fields."""
