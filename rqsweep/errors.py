@@ -20,6 +20,12 @@ class InputError(RqsweepError):
         super().__init__(f"{location}: {problem}")
 
 
+class NotComparable(InputError):
+    """Two runs ranked by different models or servers: their numbers measure different rankings."""
+
+    exit_code = 6
+
+
 class OutputError(RqsweepError):
     """An output that cannot be written (a read-only folder, a full disk, a file-size limit): names the file and
     its folder. Exit 2, as the other things the user must fix before running again."""

@@ -26,8 +26,8 @@ from pathlib import Path
 import polars as pl
 
 from rqsweep import metrics
-from rqsweep.backends.base import describe_profile, profile_differences
-from rqsweep.errors import InputError, shown
+from rqsweep.backends.base import describe_profile, differing_keys, profile_differences
+from rqsweep.errors import InputError, NotComparable, shown
 from rqsweep.files import write_text
 from rqsweep.gate_significance import METHOD, MIN_PAIRS, paired_rows
 from rqsweep.golden import OVERALL
@@ -38,6 +38,7 @@ GATED_METRICS = {m: metrics.get(m).label for m in metrics.GATED}
 FILE_METRICS = ("queries", *metrics.DEFAULT_METRICS)
 DECIMALS = 4
 GATE_FILE_FORMAT = 1
+RANGES = "numeric_range"
 FORMAT_KEY = "rqsweep_gate_file"  # the format marker a gate file starts with; absent in a file written by hand
 
 
@@ -52,6 +53,9 @@ class Snapshot:
     slices: dict[str, dict[str, float | None]]  # slice -> metric -> value
     profile: dict | None  # the server profile that ranked (`backends.base`); None when not recorded
     corpus_sha256: str | None  # `Corpus.sha256`; None when not recorded
+    # slice -> metric -> [low, high]: the values with every numerically sensitive query at its worst and its best
+    # (`verdict.numeric_range`); None when not recorded (exact numerics, a server, an older run)
+    ranges: dict[str, dict[str, list[float]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,14 @@ def _rounded(value: float | None) -> float | None:
 
 
 def _snapshot(run: RunFolder) -> Snapshot:
-    rows = run.slice_rows(run.chosen)
+    """The verdict's setting (the chosen one in a run written before rqsweep kept a verdict)."""
+    rows = run.slice_rows(run.decided)
     note = "" if run.best else " (no feasible setting: the baseline)"
-    return Snapshot(f"run {run.run_id}", run.path / GRID, run.label(run.chosen) + note,
+    decision = run.record.decision if isinstance(run.record.decision, dict) else {}
+    return Snapshot(f"run {run.run_id}", run.path / GRID, run.label(run.decided) + note,
                     rows[OVERALL]["golden_sha256"],
                     {s: {m: rows.get(s, {}).get(m) for m in FILE_METRICS} for s in run.slices},
-                    run.server_profile, run.corpus_sha256)
+                    run.server_profile, run.corpus_sha256, decision.get("numeric_range"))
 
 
 def run_snapshot(run_dir: Path) -> Snapshot:
@@ -152,7 +158,22 @@ def read_gate_file(path: Path) -> Snapshot:
             raise InputError(path, key, f"{shown(data[key])}: expected {'a string' if kind is str else 'an object'}")
     return Snapshot(f"gate file {path}", path, str(data.get("setting", "?")), data.get("golden_sha256") or "",
                     {name: _checked_slice(path, name, values) for name, values in slices.items()},
-                    data.get("server_profile"), data.get("corpus_sha256"))
+                    data.get("server_profile"), data.get("corpus_sha256"), _checked_ranges(path, data.get(RANGES)))
+
+
+def _checked_ranges(path: Path, ranges: object) -> dict | None:
+    if ranges is None:
+        return None
+    if not isinstance(ranges, dict):
+        raise InputError(path, RANGES, f"{shown(ranges)}: expected {{slice: {{metric: [low, high]}}}}")
+    for name, by_metric in ranges.items():
+        for m, pair in (by_metric.items() if isinstance(by_metric, dict) else [("", by_metric)]):
+            numbers = isinstance(pair, list) and len(pair) == 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in pair)
+            if m not in GATED_METRICS or not numbers or pair[0] > pair[1]:
+                raise InputError(path, f"{RANGES}.{name}.{m}".rstrip("."), f"{shown(pair)}: expected a gated metric "
+                                 f"({', '.join(GATED_METRICS)}) and its [low, high], each from 0 to 1")
+    return ranges
 
 
 def _structure(now: Snapshot, expected: set[str]) -> list[tuple[str, str]]:
@@ -192,8 +213,16 @@ def _table(rows: list[dict[str, object]]) -> str:
     return "\n".join([line(columns), rule, *map(line, cells)])
 
 
-def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, list[tuple[str, str]]]:
-    """The before / after table of one reference, and the slices that fell by more than the tolerance."""
+def _compare(before: Snapshot, now: Snapshot, tolerance: float,
+             within_ranges: bool = False) -> tuple[str, list[tuple[str, str]]]:
+    """The before / after table of one reference, and the slices that fell by more than the tolerance; with
+    `within_ranges` (two platforms' numerics), by more than it even with every numerically sensitive query at
+    its worst before and at its best now."""
+
+    def bound(snapshot: Snapshot, s: str, m: str, end: int) -> float | None:
+        ranges = (snapshot.ranges or {}).get(s, {}).get(m) if within_ranges else None
+        return _rounded(ranges[end] if ranges else (snapshot.slices.get(s) or {}).get(m))
+
     rows, problems = [], []
     for s in sorted(before.slices.keys() | now.slices.keys(), key=lambda s: (s == OVERALL, s)):
         row: dict[str, object] = {"slice": s}
@@ -203,8 +232,10 @@ def _compare(before: Snapshot, now: Snapshot, tolerance: float) -> tuple[str, li
             b = _rounded((now.slices.get(s) or {}).get(m))
             delta = None if a is None or b is None else round(b - a, DECIMALS)
             row |= {f"{label} before": a, f"{label} after": b, f"{label} Δ": delta}
-            if delta is not None and -delta > tolerance:
-                fell.append(f"{label} {a:.4f} -> {b:.4f}")
+            low, high = bound(before, s, m, 0), bound(now, s, m, 1)
+            if low is not None and high is not None and round(low - high, DECIMALS) > tolerance:
+                fell.append(f"{label} {a:.4f} -> {b:.4f}" + (f" (at best {high:.4f} against at worst {low:.4f})"
+                                                             if within_ranges else ""))
         if fell:
             row["check"] = "FELL"
             problems.append((s, f"{s}: {', '.join(fell)} (fell by more than {tolerance:g} against "
@@ -247,21 +278,35 @@ def _worse_queries(run: RunFolder, previous: RunFolder, slices: tuple[str, ...])
                       "QUERY_ID` shows why):", *lines])
 
 
+def _numerics_only(before: Snapshot, now: Snapshot) -> bool:
+    """Whether the two differ only in their numerics (the same model on two machines' math)."""
+    return before.profile is not None and now.profile is not None and \
+        differing_keys(before.profile, now.profile) == ["numerics"]
+
+
 def _profile_note(before: Snapshot, now: Snapshot, allow_different: bool) -> str | None:
-    """None when both were measured the same way; a note when allowed to differ; InputError otherwise."""
+    """None when both were measured the same way; a note when allowed to differ or only their numerics do;
+    NotComparable otherwise."""
     if now.profile is None or before.profile is None:
         return (f"note: {(before if before.profile is None else now).source} records no server profile "
                 "(written before rqsweep kept one): whether both were ranked alike is not checked")
     differences = profile_differences(before.profile, now.profile)
     if not differences:
         return None
+    if _numerics_only(before, now):
+        return (f"note: {before.source} and {now.source} ran the same model on different math ({differences[0]}: "
+                "the C library's); their figures differ where a rank moves within the model's precision, so a "
+                "slice fails only if it fell by more than the tolerance with every numerically sensitive query at "
+                "its worst before and its best now"
+                + ("" if before.ranges and now.ranges else f" ({(now if before.ranges else before).source} records "
+                   "no such range: its exact figures stand in)"))
     both = (f"{before.source} was measured on {describe_profile(before.profile)}; {now.source} on "
             f"{describe_profile(now.profile)} ({'; '.join(differences)})")
     if allow_different:
         return f"warning: {both} (compared as asked by --allow-different)"
-    raise InputError(before.file, "server_profile" if before.file.suffix == ".json" else "rqsweep.server_profile",
-                     f"{both}: their numbers measure different rankings, so the gate does not compare them; "
-                     "pass --allow-different to compare anyway")
+    raise NotComparable(before.file, "server_profile" if before.file.suffix == ".json" else "rqsweep.server_profile",
+                        f"{both}: their numbers measure different rankings, so the gate does not compare them "
+                        "(exit 6); pass --allow-different to compare anyway")
 
 
 def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance: float,
@@ -286,7 +331,7 @@ def gate(current: Path, previous: Path | None, gate_file: Path | None, tolerance
     problems = _structure(now, set().union(*(ref.slices.keys() for ref in references)))
     sections = []
     for ref in references:
-        table, fell = _compare(ref, now, tolerance)
+        table, fell = _compare(ref, now, tolerance, _numerics_only(ref, now))
         sections.append(table)
         if mode == "exact":
             problems += fell
@@ -351,6 +396,14 @@ def gate_file_text(snapshot: Snapshot, run_id: str, config: str) -> str:
         metrics = ", ".join(f'"{m}": {_json_number(m, snapshot.slices[s][m])}' for m in FILE_METRICS)
         comma = "," if i < len(names) - 1 else ""
         lines.append(f"    {(json.dumps(s) + ':').ljust(width)} {{{metrics}}}{comma}")
+    ranged = [s for s in names if s in (snapshot.ranges or {})]
+    if ranged:  # the figures another machine's math may give (`numeric_range`), for a gate run there
+        lines += ["  },", f'  "{RANGES}": {{']
+        for i, s in enumerate(ranged):
+            pairs = ", ".join(f'"{m}": [{_json_number(m, snapshot.ranges[s][m][0])}, '
+                              f'{_json_number(m, snapshot.ranges[s][m][1])}]'
+                              for m in GATED_METRICS if m in snapshot.ranges[s])
+            lines.append(f"    {(json.dumps(s) + ':').ljust(width)} {{{pairs}}}{',' if i < len(ranged) - 1 else ''}")
     return "\n".join([*lines, "  }", "}"]) + "\n"
 
 

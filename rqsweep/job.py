@@ -44,7 +44,7 @@ from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
 from rqsweep.validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
-from rqsweep.verdict import decide
+from rqsweep.verdict import decide, in_sample_rows, numeric_range
 
 
 @dataclass
@@ -366,8 +366,14 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         evaluated = time.monotonic()
         done = sweep.finish(metadata)
         chosen = done.best or sweep.baseline_id
+        label, metric = metrics.get(config.objective.metric).label, config.objective.metric
+        verdict = decide(done.best, sweep.baseline_id, done.routing,
+                         in_sample_rows(run_dir / QUERIES, done.best, sweep.baseline_id, metric), metric, label)
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
+        decision = verdict.as_json(label, numeric_range(
+            backend.numeric_extremes(named[verdict.setting]), sweep.scored,
+            done.grid.filter(pl.col("setting_id") == verdict.setting), inputs.metrics))
         ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
             write_ranked(run_dir, (
@@ -380,13 +386,6 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
     write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
-    label = metrics.get(config.objective.metric).label
-    # Without cross-validation the verdict tests the best against the baseline in sample, on their rows.
-    pair = [sid for sid in (done.best, sweep.baseline_id) if sid is not None]
-    in_sample = (pl.scan_parquet(run_dir / QUERIES).filter(pl.col("setting_id").is_in(pair))
-                 .select("setting_id", "query_id", "error", config.objective.metric).collect())
-    verdict = decide(done.best, sweep.baseline_id, done.routing, in_sample, config.objective.metric, label)
-    decision = {**verdict.as_json(), "lines": verdict.lines(label)}
     held_out = [*decision["lines"], *([] if done.validation is None else summary_lines(done.validation, label))]
     if done.routing is not None:
         routing = {**done.routing.record(run_id), "decision": decision}

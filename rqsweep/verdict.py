@@ -17,10 +17,13 @@ bits move a few ranks, and the in-sample best flips with them. So the run's maxi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
+from rqsweep import metrics
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from rqsweep.routing import Routing
@@ -59,8 +62,8 @@ class Verdict:
                            "zero (or no slice's own setting held out against the global one).")
         return out
 
-    def as_json(self) -> dict:
-        """run.json's `decision`."""
+    def as_json(self, metric_label: str, numeric_range: dict | None = None) -> dict:
+        """run.json's `decision`: the lines as printed, and the verdict setting's `numeric_range` when known."""
         def test(t: PairedTest | None) -> dict | None:
             return None if t is None else {"queries": t.queries, "mean": t.mean_difference,
                                            "ci": [t.ci_low, t.ci_high], "p_value": t.p_value}
@@ -70,7 +73,8 @@ class Verdict:
                 "gain": test(self.gain), "reason": self.reason,
                 "routes": None if self.routes is None else {
                     s: {"setting_id": sid, "request": Knobs.from_id(sid).request()} for s, sid in self.routes.items()},
-                "routing_gain": test(self.routing_gain)}
+                "routing_gain": test(self.routing_gain), "lines": self.lines(metric_label),
+                "numeric_range": numeric_range}
 
 
 def _figure(t: PairedTest) -> str:
@@ -114,3 +118,24 @@ def _with_routing(verdict: Verdict, routing: Routing | None) -> Verdict:
     routes = {s: r.setting for s, r in routing.routes.items() if r.routed} if gain.ci_low > 0 else None
     return Verdict(verdict.baseline, verdict.setting, verdict.changed, verdict.held_out, verdict.gain, verdict.reason,
                    routes, gain)
+
+
+def in_sample_rows(queries: Path, best: str | None, baseline: str, metric: str) -> pl.DataFrame:
+    """The best's and the baseline's per-query rows of queries.parquet: what `decide` tests without
+    cross-validation."""
+    pair = [sid for sid in (best, baseline) if sid is not None]
+    return (pl.scan_parquet(queries).filter(pl.col("setting_id").is_in(pair))
+            .select("setting_id", "query_id", "error", metric).collect())
+
+
+def numeric_range(extremes: tuple[pl.DataFrame, pl.DataFrame] | None, score: Callable[[pl.DataFrame], pl.DataFrame],
+                  nominal: pl.DataFrame, names: Sequence[str]) -> dict[str, dict[str, list[float]]] | None:
+    """Slice -> metric -> [low, high] of one setting: its grid rows (`nominal`) and its rows with every
+    numerically sensitive query at its best and at its worst (`Backend.numeric_extremes`, scored by `score`):
+    what another machine's math may give. None when the backend has no such extremes."""
+    if extremes is None:
+        return None
+    frames = [nominal, *(metrics.slice_metrics(score(rows), names) for rows in extremes)]
+    values = {s: {m: [r[m] for f in frames for r in f.filter(pl.col("slice") == s).iter_rows(named=True)
+                      if r[m] is not None] for m in names} for s in nominal["slice"].to_list()}
+    return {s: {m: [min(v), max(v)] for m, v in by.items() if v} for s, by in values.items()}

@@ -26,10 +26,12 @@ CONFIG = {
 def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baseline: str, best: str | None,
               infeasible: dict[str, list[str]] | None = None, queries: pl.DataFrame | None = None,
               sizes: dict[str, int] | None = None, config: dict | None = None, run_id: str = "20260101T000000Z-aaaa",
-              golden_sha256: str = "g" * 64, profile: dict | None = None, corpus_sha256: str | None = None) -> Path:
+              golden_sha256: str = "g" * 64, profile: dict | None = None, corpus_sha256: str | None = None,
+              decision: dict | None = None) -> Path:
     """A run folder: grid.parquet from `settings` (setting id -> slice -> metrics, in evaluation order),
     queries.parquet from `queries` (rows: setting_id, query_id, slice, rank, error), run.json; `profile` is the
-    server profile the Parquet metadata records (none by default), `corpus_sha256` the corpus hash of run.json."""
+    server profile the Parquet metadata records (none by default), `corpus_sha256` the corpus hash of run.json,
+    `decision` its verdict (`verdict.Verdict.as_json`)."""
     infeasible = infeasible or {}
     sizes = sizes or {}
     rows = []
@@ -67,6 +69,8 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     info = {"run_id": run_id, "status": "complete"}
     if corpus_sha256 is not None:
         info["corpus_sha256"] = corpus_sha256
+    if decision is not None:
+        info["decision"] = decision
     (run_dir / "run.json").write_text(json.dumps(info))
     return run_dir
 

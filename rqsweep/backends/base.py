@@ -65,6 +65,11 @@ class Backend(Protocol):
         """Query id -> its ranked list under `knobs`, or the error of a failed search; every query by default."""
         ...
 
+    def numeric_extremes(self, knobs: Knobs) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """One setting's rows with every numerically sensitive query at its best, then at its worst (the
+        expected cosines moved by the embedder's precision); None where the numerics are exact or not seen."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -123,9 +128,15 @@ def comparable_profile(profile: dict) -> dict:
     return kept
 
 
+def differing_keys(before: dict, now: dict) -> list[str]:
+    """The keys whose comparable values differ; a key one of them does not record (a profile written before
+    rqsweep kept it) is not a difference."""
+    a, b = comparable_profile(before), comparable_profile(now)
+    return [k for k in a if k in b and a[k] != b[k]]
+
+
 def profile_differences(before: dict, now: dict) -> list[str]:
-    """What differs between two profiles' comparable parts, one `key before -> now` each; a key one of them does
-    not record (a profile written before rqsweep kept it) is not a difference."""
+    """What differs between two profiles' comparable parts (`differing_keys`), one `key before -> now` each."""
     a, b = comparable_profile(before), comparable_profile(now)
 
     def shown(value: object) -> str:
@@ -133,7 +144,7 @@ def profile_differences(before: dict, now: dict) -> list[str]:
             return ", ".join(map(str, value)) or "none"
         return "unknown" if value is None else str(value)
 
-    return [f"{k.replace('_', ' ')} {shown(a[k])} -> {shown(b[k])}" for k in a if k in b and a[k] != b[k]]
+    return [f"{k.replace('_', ' ')} {shown(a[k])} -> {shown(b[k])}" for k in differing_keys(before, now)]
 
 
 def describe_profile(profile: dict) -> str:

@@ -19,7 +19,7 @@ from rqsweep.backends.embedded_config import EmbeddedConfig, EmbedderConfig
 from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
 from rqsweep.config import JobConfig, WorkersConfig
 from rqsweep.corpus import Corpus
-from rqsweep.engine.batch import BothOrders, SettingsBatch, stack_both_orders
+from rqsweep.engine.batch import BothOrders, SettingsBatch, stack_both_orders, stacked_positions
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, FeatureHashEmbedder, LocalEmbedder,
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described, numerics_of,
@@ -137,6 +137,22 @@ class EmbeddedBackend:
             self._stacks[shards] = (stack_shards(self.plans, self.alternates, self.nudges, shards) if shards > 1
                                     else [stack_both_orders(self.plans, self.alternates, self.nudges)])
         return self._stacks[shards]
+
+    def numeric_extremes(self, knobs: Knobs) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """`Backend.numeric_extremes` from the plans stacked here; None on a cluster (its plans stay there)."""
+        if self.shards is not None:
+            return None
+        both = self._stacked(1)[0]
+        if not len(both.nudged):
+            return None
+        batch = SettingsBatch.from_knobs([knobs])
+        found = stacked_positions(both.stack, batch, self.limit)
+        frames = []
+        for stack in (both.favoured, both.disfavoured):
+            moved, at = found.copy(), stacked_positions(stack, batch, self.limit)
+            moved[:, both.nudged, : at.shape[2]] = at
+            frames.append(outcome_frame([knobs], [q.id for q in self.golden.queries], moved, self.n_expected))
+        return frames[0], frames[1]
 
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
         """Golden queries' ranked lists under one setting (all by default), by the reference path from the

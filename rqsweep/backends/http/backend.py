@@ -71,6 +71,10 @@ class HttpBackend:
                     positions[s, q, : len(outcome.positions)] = outcome.positions
         return outcome_frame(settings, [q.id for q in self.queries], positions, self.n_expected, errors)
 
+    def numeric_extremes(self, knobs: Knobs) -> None:
+        """None: the server's embedder and its math are not seen from here."""
+        return None
+
     def ranked(self, knobs: Knobs, query_ids: Sequence[str] | None = None) -> dict[str, list[RankedHit] | str]:
         """Golden queries' ranked lists under one setting (all by default), as the server returns them (one search
         each)."""

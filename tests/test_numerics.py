@@ -1,0 +1,76 @@
+"""The decision holds across C libraries: the local model under glibc's erff and under a correctly rounded one (what
+newer C libraries ship), preloaded from a one-line library built here, gives the handbook the same verdict,
+routing table and gate verdict, each machine's vectors in their own cache, and says the two ran on different math.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORRECTLY_ROUNDED_ERFF = "#include <math.h>\nfloat erff(float x) { return (float)erf((double)x); }\n"
+NUMERICS = "from rqsweep.engine.embed.local import platform_numerics; print(platform_numerics())"
+
+
+@pytest.fixture(scope="module")
+def preload(tmp_path_factory) -> dict[str, str]:
+    """The environment that binds the engine's erff to a correctly rounded one."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None or not sys.platform.startswith("linux"):
+        pytest.skip("needs a C compiler and Linux's LD_PRELOAD to swap the C library's erff")
+    folder = tmp_path_factory.mktemp("erff")
+    (folder / "erff.c").write_text(CORRECTLY_ROUNDED_ERFF)
+    subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(folder / "erff.so"), str(folder / "erff.c"),
+                    "-lm"], check=True)
+    return {**os.environ, "LD_PRELOAD": str(folder / "erff.so")}
+
+
+def _numerics(env: dict[str, str] | None = None) -> str:
+    return subprocess.run([sys.executable, "-c", NUMERICS], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_the_numerics_name_the_erff_the_process_binds(preload):
+    plain, swapped = _numerics(), _numerics(preload)
+    assert plain != swapped and plain.split("-libm:")[0] == swapped.split("-libm:")[0]
+    assert _numerics() == plain  # a name, not a draw
+
+
+def test_the_handbook_decides_the_same_under_both_erffs_and_its_gate_passes_across_them(preload, tmp_path):
+    cache = tmp_path / "cache"
+    config = tmp_path / "handbook.yaml"
+    text = (ROOT / "configs" / "handbook.yaml").read_text()
+    config.write_text(text.replace("corpus: handbook/", f"corpus: {ROOT}/configs/handbook/")
+                      .replace("golden: handbook/", f"golden: {ROOT}/configs/handbook/")
+                      .replace("cache_dir: ../.cache/embeddings", f"cache_dir: {cache}"))
+    gate_file = tmp_path / "gate.json"
+
+    def run(out: str, env: dict[str, str] | None, *gate: str) -> tuple[list[str], dict, str]:
+        done = subprocess.run([sys.executable, "-m", "rqsweep", str(config), "--quiet", "--output-dir",
+                               str(tmp_path / out), "--gate-file", str(gate_file), *gate],
+                              env=env, capture_output=True, text=True, cwd=ROOT)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        (run_dir,) = (tmp_path / out / "handbook").iterdir()
+        return done.stdout.splitlines(), json.loads((run_dir / "run.json").read_text()), done.stdout
+
+    libc_lines, libc, _ = run("libc", None, "--update-gate-file")
+    swapped_lines, swapped, said = run("swapped", preload)
+    assert libc["server_profile"]["numerics"] != swapped["server_profile"]["numerics"]
+    assert libc["server_profile"]["embedder"] == swapped["server_profile"]["embedder"]
+    # The verdict and the routing table applied are the same; their figures may differ in the last places.
+    for key in ("setting_id", "changed"):
+        assert libc["decision"][key] == swapped["decision"][key]
+    assert libc["decision"]["routes"] == swapped["decision"]["routes"]
+    assert libc_lines[0].split(":")[0] == swapped_lines[0].split(":")[0]
+    assert libc_lines[1].split(". Gain")[0] == swapped_lines[1].split(". Gain")[0]
+    # The gate written on one machine's math passes the other's, and says why it judged within the ranges.
+    assert "ran the same model on different math" in said and "Gate passed" in said
+    # Each machine's vectors have their own cache files: one shared cache never mixes them.
+    assert len(list(cache.glob("*.sqlite3"))) == 2
