@@ -58,6 +58,18 @@ def _check_local_models(config: JobConfig) -> None:
                          f"{shown(embedder.model)}: no such local model and no such file (installed models: {listed})")
 
 
+def _check_cache_dir(config: JobConfig) -> None:
+    """A `cache_dir` in or under a file is a mistake to fix; any other failure of the caches' files leaves the run
+    without them, with a warning (`rqsweep.engine.cache_file`)."""
+    cache_dir = getattr(config.backend, "cache_dir", None)
+    if cache_dir is None:
+        return
+    existing = next(p for p in (cache_dir, *cache_dir.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(config.path, "backend.cache_dir",
+                         f"{shown(str(cache_dir))}: {existing} is a file, not a folder")
+
+
 # A golden set this large takes seconds to read (6 MB: about 7 s of CPU as YAML, under 1 s as JSON lines;
 # benchmarks/golden_loading.py): say so, and what is faster.
 LARGE_GOLDEN_BYTES = 4_000_000
@@ -102,6 +114,7 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
                              f"{shown(c.slice)}: no such slice in {golden.path.name} "
                              f"(slices: {', '.join(golden.slices)})")
     _check_local_models(config)
+    _check_cache_dir(config)
     if config.objective.slice not in slices - {"*"}:
         raise InputError(config.path, "objective.slice",
                          f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "

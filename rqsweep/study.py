@@ -30,6 +30,10 @@ from rqsweep.scrub import redact_url
 HEARTBEAT_SECONDS = 5
 GRACE_SECONDS = 20  # a trial whose worker has been silent this long is failed and asked again
 MAX_RETRIES = 3
+# Processes opening one new database at once (a coordinator and its workers started together) each make its tables
+# and rows: one that finds one made by another first opens it again. Each such failure means that another process
+# made progress, so a few attempts are enough for many processes.
+OPEN_ATTEMPTS = 8
 # What a database that stops answering (restarting, unreachable) raises through Optuna: its own wrapper of
 # SQLAlchemy's errors, or SQLAlchemy's where Optuna does not wrap them.
 STORAGE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
@@ -111,16 +115,14 @@ class StudyStorage:
             self._journal = BatchedJournalFile(folder / "optuna.journal")
             self.optuna: optuna.storages.BaseStorage = optuna.storages.JournalStorage(self._journal)
         else:
-            try:
-                with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    # pool_pre_ping: a connection the server dropped (a restart) is replaced before use, not failed.
-                    self.optuna = optuna.storages.RDBStorage(
-                        driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
-                        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES),
-                        engine_kwargs={"pool_pre_ping": True})
-            except Exception as exc:  # SQLAlchemy: bad URL, unreachable server, refused login
-                raise BackendError(f"cannot open the study storage {redact_url(url)}: {_reason(exc)}") from None
+            for attempt in range(1, OPEN_ATTEMPTS + 1):
+                try:
+                    self.optuna = _rdb_storage(url)
+                    break
+                except Exception as exc:  # SQLAlchemy: bad URL, unreachable server, refused login, a race
+                    if attempt < OPEN_ATTEMPTS and _made_meanwhile(exc):
+                        continue
+                    raise BackendError(f"cannot open the study storage {redact_url(url)}: {_reason(exc)}") from None
 
     heartbeat_seconds = HEARTBEAT_SECONDS
 
@@ -194,6 +196,24 @@ class StudyStorage:
     def describe(self) -> str:
         """Where the study lives, the password redacted."""
         return redact_url(self.url) if self.url else str(self._journal.path)  # type: ignore[union-attr]
+
+
+def _rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    with warnings.catch_warnings():  # heartbeats are "experimental" since Optuna 2.9
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # pool_pre_ping: a connection the server dropped (a restart) is replaced before use, not failed.
+        return optuna.storages.RDBStorage(
+            driver_url(url), heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS,
+            heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(MAX_RETRIES),
+            engine_kwargs={"pool_pre_ping": True})
+
+
+def _made_meanwhile(exc: Exception) -> bool:
+    """Whether opening failed on a table, type or row that another process made first: a unique key taken (a row,
+    or a PostgreSQL type), a table that already exists, or SQLite's lock on a file another process is writing."""
+    said = str(getattr(exc, "orig", None) or exc)
+    return (isinstance(exc, sqlalchemy.exc.IntegrityError)
+            or isinstance(exc, sqlalchemy.exc.DBAPIError) and ("already exists" in said or "database is locked" in said))
 
 
 def _reason(exc: BaseException) -> str:

