@@ -12,6 +12,7 @@ from rqsweep import metrics
 from rqsweep.backends import BACKENDS
 from rqsweep.config import JobConfig, load_config, storage_url_problem
 from rqsweep.corpus import Corpus, load_corpus
+from rqsweep.data_values import refuse_without_data
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
@@ -100,6 +101,8 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
                              f"{shown(c.slice)}: no such slice in {golden.path.name} "
                              f"(slices: {', '.join(golden.slices)})")
     _check_local_models(config)
+    if not BACKENDS[config.backend.kind].knob_data:
+        refuse_without_data(config.sweep, config.backend.kind)
     if config.objective.slice not in slices - {"*"}:
         raise InputError(config.path, "objective.slice",
                          f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "

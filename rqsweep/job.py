@@ -18,6 +18,7 @@ import polars as pl
 from rqsweep import metrics
 from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.data_values import resolve
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
 from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
@@ -86,8 +87,11 @@ class Scores:
 class Sweep:
     """One run: evaluates settings through a backend into a resumable state, then scores what it found."""
 
-    def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress):
+    def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress,
+                 data_values: dict[str, list[float]] | None = None):
+        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.data_values`)."""
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
+        self.data_values = data_values
         self.config, self.golden = inputs.config, inputs.golden
         self.state = RunState.of(run_dir)
         self.stamp = Stamp.of(run_id, inputs)
@@ -196,7 +200,7 @@ class Sweep:
         sweep = self.config.sweep
         self.baseline_rows()
         if sweep.strategy == "grid":
-            settings = grid(sweep, self.config.baseline)
+            settings = grid(sweep, self.config.baseline, self.data_values)
             self.progress.total = len(settings)
             run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
@@ -356,8 +360,17 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     if backend.warnings:  # the report reads them from run.json
         record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])
         record.write(run_dir)
+    if config.sweep.data_knobs() and record.data_values is None:  # a resumed run sweeps the values it started with
+        try:
+            record = replace(record, data_values=resolve(config.sweep, backend))
+        except BaseException:
+            backend.close()
+            raise
+        record.write(run_dir)
+    for knob, values in (record.data_values or {}).items():
+        progress.log(f"{knob} from the data: {', '.join(f'{v:g}' for v in values)}")
     prepared = time.monotonic()
-    sweep = Sweep(inputs, backend, run_dir, run_id, progress)
+    sweep = Sweep(inputs, backend, run_dir, run_id, progress, record.data_values)
     metadata = table_metadata(inputs, backend.profile)
     try:
         sweep.stream(metadata)

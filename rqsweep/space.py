@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Mapping, Sequence
 
 import numpy as np
 import optuna
@@ -12,12 +13,17 @@ from rqsweep.config import KnobSpec, SweepConfig
 from rqsweep.knobs import KNOBS, OFF, RRF_K, Knobs
 
 
-def knob_values(knob: str, spec: KnobSpec) -> list:
-    """The values a grid tries for one knob, in order, without repeats."""
+def knob_values(knob: str, spec: KnobSpec, derived: Sequence[float] | None = None) -> list:
+    """The values a grid tries for one knob, in order, without repeats; `derived`: the values a spec of
+    `quantiles` took from the data (`rqsweep.data_values`)."""
     if spec.values is not None:
         return list(spec.values)
     low, high = spec.low, spec.high
-    if spec.step is not None:
+    if spec.quantiles is not None:
+        if derived is None:
+            raise ValueError(f"{knob} takes its values from the data: resolve them first (rqsweep.data_values)")
+        values = list(derived)
+    elif spec.step is not None:
         values = [low + i * spec.step for i in range(spec.range_points())]
     elif spec.num is not None:
         values = list(np.geomspace(low, high, spec.num) if spec.log else np.linspace(low, high, spec.num))
@@ -29,9 +35,12 @@ def knob_values(knob: str, spec: KnobSpec) -> list:
     return list(dict.fromkeys(values))
 
 
-def grid(sweep: SweepConfig, baseline: Knobs) -> list[Knobs]:
-    """Every combination of the swept knobs; knobs not swept stay at the baseline's value."""
-    axes = [knob_values(k, sweep.knobs[k]) if k in sweep.knobs else [getattr(baseline, k)] for k in KNOBS]
+def grid(sweep: SweepConfig, baseline: Knobs, derived: Mapping[str, Sequence[float]] | None = None) -> list[Knobs]:
+    """Every combination of the swept knobs; knobs not swept stay at the baseline's value. `derived`: knob -> the
+    values its `quantiles` took from the data."""
+    derived = derived or {}
+    axes = [knob_values(k, sweep.knobs[k], derived.get(k)) if k in sweep.knobs else [getattr(baseline, k)]
+            for k in KNOBS]
     return [Knobs(*combo) for combo in itertools.product(*axes)]
 
 

@@ -65,6 +65,8 @@ class RunRecord:
     embedders: list | None = _start(when="given")  # a sweep over several embedders: their labels (`embedder_sweep`)
     storage: str | None = _start(when="given")  # an optimise run's study URL, password redacted
     resumed_at: str | None = _start(when="given")  # the latest `--resume`
+    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.data_values`): a resumed run sweeps these.
+    data_values: dict | None = _start(when="given")
     server_profile: dict | None = _finish()  # what ranked (`backends.base`)
     finished_at: str | None = _finish()
     backend: str | None = _finish()
@@ -107,7 +109,8 @@ class RunRecord:
                              f"{self.inputs_sha256!r} differs from the current inputs' {inputs.sha256!r}: "
                              "the config, sweep, corpus or golden set changed since this run started")
         begun = RunRecord.begin(inputs, self.run_id, run_dir, now)
-        return replace(begun, started_at=self.started_at or begun.started_at, resumed_at=now.isoformat())
+        return replace(begun, started_at=self.started_at or begun.started_at, resumed_at=now.isoformat(),
+                       data_values=self.data_values)
 
     def finish(self, **values) -> RunRecord:
         """The complete record: `values` are the `finish` fields."""
