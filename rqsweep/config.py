@@ -128,7 +128,7 @@ class Chunking:
 @dataclass(frozen=True)
 class KnobSpec:
     """Values of one knob: a list, a range (`step`, or `num` points, optionally log-spaced), or `quantiles` of the
-    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.data_values`)."""
+    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.space.resolve`)."""
 
     values: tuple | None = None
     quantiles: tuple[float, ...] | None = None
@@ -389,7 +389,7 @@ def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
 
 
 # Knob -> the key that takes its values from the data: quantiles of the vector channel's similarities (a floor
-# acts on those) and of the memories' ages (a half-life acts on those). `rqsweep.data_values` resolves them.
+# acts on those) and of the memories' ages (a half-life acts on those). `rqsweep.space.resolve` resolves them.
 DATA_KEYS = {MIN_SIMILARITY: "quantiles", HALF_LIFE: "age_quantiles"}
 
 

@@ -6,11 +6,10 @@ import math
 from pathlib import Path
 
 from rqsweep.backends import BACKENDS
-from rqsweep.data_values import describe
 from rqsweep.inputs import load_inputs, with_study
 from rqsweep.progress import Progress
 from rqsweep.scrub import redact_url
-from rqsweep.space import grid
+from rqsweep.space import describe, grid
 
 
 def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:

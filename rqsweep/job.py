@@ -18,7 +18,6 @@ import polars as pl
 from rqsweep import metrics
 from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
-from rqsweep.data_values import resolve
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
 from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
@@ -40,7 +39,7 @@ from rqsweep.runfolder.state import whole_settings
 from rqsweep.runfolder.tables import (QUERY_ROWS_PER_GROUP, Stamp, golden_table, grid_table, hits_table, knobs_of,
                                       open_queries, query_table, setting_knobs, table_metadata, write_grid, write_hits,
                                       write_queries, write_label_health, write_ranked, write_routing, write_settings)
-from rqsweep.space import grid
+from rqsweep.space import grid, resolve
 from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
@@ -89,7 +88,7 @@ class Sweep:
 
     def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress,
                  data_values: dict[str, list[float]] | None = None):
-        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.data_values`)."""
+        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`)."""
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
         self.data_values = data_values
         self.config, self.golden = inputs.config, inputs.golden

@@ -65,7 +65,7 @@ class RunRecord:
     embedders: list | None = _start(when="given")  # a sweep over several embedders: their labels (`embedder_sweep`)
     storage: str | None = _start(when="given")  # an optimise run's study URL, password redacted
     resumed_at: str | None = _start(when="given")  # the latest `--resume`
-    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.data_values`): a resumed run sweeps these.
+    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`): a resumed run sweeps these.
     data_values: dict | None = _start(when="given")
     server_profile: dict | None = _finish()  # what ranked (`backends.base`)
     finished_at: str | None = _finish()
