@@ -28,6 +28,7 @@ from rqsweep.knobs import Knobs
 from rqsweep.noise import SliceNoise, baseline_values, noise_of, setting_spreads
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
+from rqsweep.report.knob_ranges import knob_ranges
 from rqsweep.report.label_health import Tally, run_label_health, tally
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.report.summary import summarise
@@ -398,7 +399,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
-                        inputs.metrics, done.rejected, named, held_out)
+                        inputs.metrics, done.rejected, named, held_out,
+                        knob_ranges(run_dir, done.grid, done.best).warnings())
     scored = time.monotonic()
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
     write_report(run_dir, finished=False, phase=progress.phase, noise=done.noise)

@@ -9,10 +9,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from rqsweep import job
+from rqsweep import cli, job
 from rqsweep.dry_run import dry_run
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
+from rqsweep.report.knob_ranges import KnobRanges, edge_warnings, fingerprints, inert_values
 from tests.minijob import MEMORIES, write_job
 
 DATA_SWEEP = {"strategy": "grid", "knobs": {
@@ -86,3 +87,77 @@ def test_a_run_sweeps_the_quantiles_of_the_data_and_a_resume_sweeps_the_same(tmp
     resumed = job.run(config, quiet=True, resume=done.run_dir)
     assert Knobs(5, 0.5, ages[-1]).id in set(resumed.grid["setting_id"])
     assert Knobs(5, floors[1], ages[-1]).id in set(resumed.grid["setting_id"])  # evaluated before, kept
+
+
+def positions_of(settings: dict[Knobs, dict[str, list]]) -> pl.DataFrame:
+    """queries.parquet's columns the fingerprints read: each setting's positions, query by query."""
+    rows = [{"setting_id": k.id, **k.columns(), "query_id": q, "positions": p}
+            for k, queries in settings.items() for q, p in queries.items()]
+    return pl.DataFrame(rows, schema={"setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64,
+                                      "recency_half_life_days": pl.Float64, "query_id": pl.String,
+                                      "positions": pl.List(pl.Int64)})
+
+
+def floors_grid(changed: set[tuple[int, float | None, str]] = frozenset()) -> dict[Knobs, dict[str, list]]:
+    """rrf_k 1 or 2 (which moves q1) x floors off, 0.5, 0.8 (which move nothing, except in `changed`)."""
+    return {Knobs(k, m, 0.0): {"q1": [k], "q2": [None, 3] if (k, m, "q2") in changed else [4, 3], "q3": None}
+            for k in (1, 2) for m in (None, 0.5, 0.8)}
+
+
+def test_a_floor_that_duplicates_another_in_every_combination_changes_no_rank():
+    prints = fingerprints([positions_of(floors_grid())])
+    assert inert_values(prints) == {"min_similarity": [None, 0.5, 0.8]}  # rrf_k moves q1: it acts
+    assert prints.height - prints["fingerprint"].n_unique() == 4  # 6 settings, 2 distinct rankings
+    ranges = KnobRanges(6, 4, inert_values(prints), [])
+    assert ranges.warnings() == [
+        "min_similarity off, 0.5, 0.8 changed no rank: with every combination of the other knobs, another "
+        "min_similarity gave every query the same positions; sweep values where the data is (docs/sweeps.md)",
+        "4 of 6 settings ranked every query exactly as another setting did"]
+
+
+def test_a_value_that_moves_one_query_in_one_combination_changes_a_rank():
+    prints = fingerprints([positions_of(floors_grid({(2, 0.8, "q2")}))])
+    assert inert_values(prints) == {"min_similarity": [None, 0.5]}
+
+
+def test_fingerprints_add_up_a_setting_split_over_row_groups():
+    rows = positions_of(floors_grid({(2, 0.8, "q2")}))
+    whole = fingerprints([rows]).sort("setting_id")
+    split = fingerprints([rows.slice(0, 7), rows.slice(7)]).sort("setting_id")  # setting 3 spans both groups
+    assert whole.equals(split)
+    moved = fingerprints([rows.with_columns(pl.col("query_id").replace({"q1": "q2", "q2": "q1"}))]).sort("setting_id")
+    assert not moved["fingerprint"].equals(whole["fingerprint"])  # positions belong to their query
+
+
+@pytest.mark.parametrize("chosen, words", [
+    (Knobs(1, 0.8, 7.0), ["the chosen setting sits at the lowest rrf_k swept (1, of 1-100)",
+                          "the chosen setting sits at the highest min_similarity swept (0.8, of 0.78-0.8)",
+                          "the chosen setting sits at the lowest recency_half_life_days swept (7, of 7-730)"]),
+    (Knobs(100, 0.78, 730.0), ["the chosen setting sits at the highest rrf_k swept (100, of 1-100): extend the "
+                               "range above it to see whether the gain goes on",
+                               "the chosen setting sits at the lowest min_similarity swept (0.78, of 0.78-0.8)",
+                               "the chosen setting sits at the highest recency_half_life_days swept (730, of "
+                               "7-730)"]),
+    (Knobs(60, None, 0.0), []),  # off is no edge
+    (Knobs(99, None, 30.0), []),
+])
+def test_a_chosen_setting_at_the_lowest_or_highest_swept_value_is_at_the_edge(chosen, words):
+    overall = pl.DataFrame([k.columns() for k in (
+        Knobs(k, m, h) for k in (1, 60, 99, 100) for m in (None, 0.78, 0.8) for h in (0.0, 7.0, 30.0, 730.0))])
+    found = edge_warnings(overall, {"the chosen setting": chosen})
+    assert len(found) == len(words) and all(f.startswith(w) for f, w in zip(found, words))
+
+
+def test_a_run_warns_on_stdout_and_in_its_report_of_values_that_change_no_rank(tmp_path, capsys):
+    # A half-life of a billion days decays no memory by a rank's worth: those values rank as the blend off does.
+    sweep = {"strategy": "grid", "knobs": {"recency_half_life_days": {"values": [0, 1, 30, 365, 1e9, 2e9]}}}
+    config = write_job(tmp_path, sweep, validation=False)
+    assert cli.main([str(config)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    warnings = ["Warning: recency_half_life_days 0 (off), 1e+09, 2e+09 changed no rank: with every combination of "
+                "the other knobs, another recency_half_life_days gave every query the same positions; sweep values "
+                "where the data is (docs/sweeps.md).",
+                "Warning: 2 of 6 settings ranked every query exactly as another setting did."]
+    assert [line for line in out if line.startswith("Warning:")] == warnings
+    report = (next((tmp_path / "results" / "mini").iterdir()) / "report.md").read_text()
+    assert all(w in report for w in warnings)
