@@ -4,6 +4,7 @@ chosen setting at the edge of its range."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -13,7 +14,7 @@ from rqsweep import cli, job
 from rqsweep.dry_run import dry_run
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
-from rqsweep.report.knob_ranges import KnobRanges, edge_warnings, fingerprints, inert_values
+from rqsweep.report.knob_ranges import KnobRanges, edge_warnings, fingerprints, inert_values, knob_ranges
 from tests.minijob import MEMORIES, write_job
 
 DATA_SWEEP = {"strategy": "grid", "knobs": {
@@ -161,3 +162,20 @@ def test_a_run_warns_on_stdout_and_in_its_report_of_values_that_change_no_rank(t
     assert [line for line in out if line.startswith("Warning:")] == warnings
     report = (next((tmp_path / "results" / "mini").iterdir()) / "report.md").read_text()
     assert all(w in report for w in warnings)
+
+
+@pytest.fixture(scope="module")
+def handbook_run(tmp_path_factory):
+    """The handbook job as shipped (configs/handbook.yaml, the local model), run once for this module."""
+    config = Path(__file__).resolve().parents[1] / "configs" / "handbook.yaml"
+    return job.run(config, quiet=True, output_dir=tmp_path_factory.mktemp("handbook"))
+
+
+def test_the_shipped_handbook_sweep_has_no_value_that_changes_no_rank(handbook_run):
+    ranges = knob_ranges(handbook_run.run_dir, handbook_run.grid, handbook_run.best)
+    assert ranges.compared and ranges.inert == {}
+    record = json.loads((handbook_run.run_dir / "run.json").read_text())
+    floors, half_lives = record["data_values"]["min_similarity"], record["data_values"]["recency_half_life_days"]
+    assert len(floors) == 10 and len(half_lives) == 11 and max(half_lives) > 365
+    assert ranges.settings == 15 * 11 * 12  # no two quantiles rounded alike; the baseline is in the grid
+    assert "changed no rank" not in handbook_run.summary
