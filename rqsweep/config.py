@@ -128,7 +128,8 @@ class Chunking:
 @dataclass(frozen=True)
 class KnobSpec:
     """Values of one knob: a list, a range (`step`, or `num` points, optionally log-spaced), or `quantiles` of the
-    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.space.resolve`)."""
+    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.space.resolve`), and `values`
+    beside them when given."""
 
     values: tuple | None = None
     quantiles: tuple[float, ...] | None = None
@@ -151,7 +152,7 @@ class KnobSpec:
     def size(self) -> int | float:
         """How many values a grid tries for this knob, at most (rounding rrf_k can merge some)."""
         if self.quantiles is not None:
-            return len(self.quantiles) + self.off
+            return len(self.quantiles) + len(self.values or ()) + self.off
         return len(self.values) if self.values is not None else self.range_points() + self.off
 
 
@@ -398,13 +399,15 @@ def _quantiles(sec: Section, knob: str) -> KnobSpec:
     if DATA_KEYS.get(knob) != key:
         instead = f"; use {DATA_KEYS[knob]}" if knob in DATA_KEYS else ""
         raise sec.fail(key, sec.data[key], f"{knob} cannot take {key}{instead}")
-    if set(sec.data) - {key, "include_off"}:
-        raise InputError(sec.file, sec.path, f"give either `{key}` or `values` or a range, not several")
+    if set(sec.data) - {key, "include_off", "values"}:
+        raise InputError(sec.file, sec.path, f"give `{key}` (and `values` to try as well) or a range, not both")
     values = sec.get(key, list, check=lambda v: len(v) > 0, rule="expected a non-empty list of quantiles in [0, 1]")
     for i, q in enumerate(values):
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
             raise InputError(sec.file, f"{sec.where(key)}[{i}]", f"{shown(q)}: a quantile must be a number in [0, 1]")
-    return KnobSpec(quantiles=tuple(sorted({float(q) for q in values})), off=sec.get("include_off", bool, False))
+    extra = _number_list(sec, "values", CHECKS[knob]) if "values" in sec.data else None
+    return KnobSpec(values=extra, quantiles=tuple(sorted({float(q) for q in values})),
+                    off=sec.get("include_off", bool, False))
 
 
 def _knob_spec(sec: Section, knob: str) -> KnobSpec:

@@ -19,7 +19,8 @@ def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | No
     config, golden = inputs.config, inputs.golden
     sweep = config.sweep
     if sweep.data_knobs():  # their values are known once the run has its candidates: count at most one per quantile
-        n = math.prod(spec.size() for spec in sweep.knobs.values()) + 1
+        known = grid(sweep, config.baseline, {k: [] for k in sweep.data_knobs()})  # the values known already
+        n = math.prod(spec.size() for spec in sweep.knobs.values()) + (config.baseline not in known)
     elif sweep.strategy == "grid":
         settings = grid(sweep, config.baseline)
         n = len(settings) + (config.baseline not in settings)

@@ -42,9 +42,13 @@ _SOURCES: dict[str, tuple[Callable[[KnobData], np.ndarray], Callable[[float], fl
 
 def describe(sweep: SweepConfig) -> list[str]:
     """What each data-derived knob's values will be, for `--dry-run`."""
-    return [f"{knob}: {'off, ' if sweep.knobs[knob].off else ''}quantiles "
-            f"{', '.join(f'{q:g}' for q in sweep.knobs[knob].quantiles)} of {_SOURCES[knob][2]} (from the data, "
-            "resolved when the run starts)" for knob in sweep.data_knobs()]
+    out = []
+    for knob in sweep.data_knobs():
+        spec = sweep.knobs[knob]
+        also = f", and {', '.join(f'{v:g}' for v in spec.values)}" if spec.values else ""
+        out.append(f"{knob}: {'off, ' if spec.off else ''}quantiles {', '.join(f'{q:g}' for q in spec.quantiles)} "
+                   f"of {_SOURCES[knob][2]} (from the data, resolved when the run starts){also}")
+    return out
 
 
 def resolve(sweep: SweepConfig, data: KnobData) -> dict[str, list[float]]:
@@ -74,14 +78,14 @@ def refuse_without_data(sweep: SweepConfig, backend_kind: str) -> None:
 
 def knob_values(knob: str, spec: KnobSpec, derived: Sequence[float] | None = None) -> list:
     """The values a grid tries for one knob, in order, without repeats; `derived`: the values a spec of
-    `quantiles` took from the data (`resolve`)."""
-    if spec.values is not None:
-        return list(spec.values)
+    `quantiles` took from the data (`resolve`), tried with its `values`, in ascending order."""
     low, high = spec.low, spec.high
     if spec.quantiles is not None:
         if derived is None:
             raise ValueError(f"{knob} takes its values from the data: resolve them first (space.resolve)")
-        values = list(derived)
+        values = sorted({*derived, *(spec.values or ())})
+    elif spec.values is not None:
+        return list(spec.values)
     elif spec.step is not None:
         values = [low + i * spec.step for i in range(spec.range_points())]
     elif spec.num is not None:

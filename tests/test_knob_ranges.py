@@ -20,7 +20,7 @@ from tests.minijob import MEMORIES, write_job
 DATA_SWEEP = {"strategy": "grid", "knobs": {
     "rrf_k": {"values": [5, 60]},
     "min_similarity": {"include_off": True, "quantiles": [0.25, 0.75]},
-    "recency_half_life_days": {"include_off": True, "age_quantiles": [0, 0.5, 1]},
+    "recency_half_life_days": {"include_off": True, "age_quantiles": [0, 0.5, 1], "values": [5000]},
 }}
 
 
@@ -33,8 +33,10 @@ DATA_SWEEP = {"strategy": "grid", "knobs": {
     ("min_similarity", {"age_quantiles": [0.5]}, "sweep.knobs.min_similarity.age_quantiles",
      "min_similarity cannot take age_quantiles; use quantiles"),
     ("rrf_k", {"quantiles": [0.5]}, "sweep.knobs.rrf_k.quantiles", "rrf_k cannot take quantiles"),
-    ("recency_half_life_days", {"age_quantiles": [0.5], "values": [1]}, "sweep.knobs.recency_half_life_days",
-     "not several"),
+    ("recency_half_life_days", {"age_quantiles": [0.5], "low": 1, "high": 2, "step": 1},
+     "sweep.knobs.recency_half_life_days", "give `age_quantiles` (and `values` to try as well) or a range, not both"),
+    ("recency_half_life_days", {"age_quantiles": [0.5], "values": [-1]}, "sweep.knobs.recency_half_life_days.values[0]",
+     "-1: must be a finite number >= 0"),
 ])
 def test_a_bad_quantile_names_file_field_and_value(tmp_path, knob, spec, where, words):
     with pytest.raises(InputError) as err:
@@ -65,10 +67,11 @@ def test_values_from_the_data_are_refused_where_they_cannot_be_had(tmp_path):
 
 def test_dry_run_says_which_values_come_from_the_data(tmp_path):
     said = dry_run(write_job(tmp_path, DATA_SWEEP))
-    assert "at most 25 settings" in said  # 2 x 3 x 4, and the baseline
+    assert "at most 30 settings, the baseline included" in said  # 2 x 3 x 5, the baseline among them
     assert ("data-derived values: min_similarity: off, quantiles 0.25, 0.75 of the vector channel's similarities "
             "(from the data, resolved when the run starts)") in said
-    assert "data-derived values: recency_half_life_days: off, quantiles 0, 0.5, 1 of the memories' ages" in said
+    assert ("data-derived values: recency_half_life_days: off, quantiles 0, 0.5, 1 of the memories' ages in days "
+            "(from the data, resolved when the run starts), and 5000") in said
 
 
 def test_a_run_sweeps_the_quantiles_of_the_data_and_a_resume_sweeps_the_same(tmp_path):
@@ -80,7 +83,8 @@ def test_a_run_sweeps_the_quantiles_of_the_data_and_a_resume_sweeps_the_same(tmp
     floors = record["data_values"]["min_similarity"]
     assert len(floors) == 2 and floors == sorted(floors) and all(f == round(f, 3) for f in floors)
     swept = set(done.grid["setting_id"])
-    assert {Knobs(5, floors[1], ages[-1]).id, Knobs(60, None, 0).id} <= swept and len(swept) == 2 * 3 * 4
+    assert {Knobs(5, floors[1], ages[-1]).id, Knobs(60, None, 0).id, Knobs(5, floors[0], 5000).id} <= swept
+    assert len(swept) == 2 * 3 * 5
 
     # A resume sweeps what run.json recorded, not what the data says now.
     record["data_values"]["min_similarity"] = [0.5]
@@ -176,6 +180,6 @@ def test_the_shipped_handbook_sweep_has_no_value_that_changes_no_rank(handbook_r
     assert ranges.compared and ranges.inert == {}
     record = json.loads((handbook_run.run_dir / "run.json").read_text())
     floors, half_lives = record["data_values"]["min_similarity"], record["data_values"]["recency_half_life_days"]
-    assert len(floors) == 10 and len(half_lives) == 11 and max(half_lives) > 365
+    assert len(floors) == 10 and len(half_lives) == 8
     assert ranges.settings == 15 * 11 * 12  # no two quantiles rounded alike; the baseline is in the grid
     assert "changed no rank" not in handbook_run.summary
