@@ -135,22 +135,30 @@ def test_fingerprints_add_up_a_setting_split_over_row_groups():
 
 
 @pytest.mark.parametrize("chosen, words", [
-    (Knobs(1, 0.8, 7.0), ["the chosen setting sits at the lowest rrf_k swept (1, of 1-100)",
+    (Knobs(2, 0.8, 7.0), ["the chosen setting sits at the lowest rrf_k swept (2, of 2-100)",
                           "the chosen setting sits at the highest min_similarity swept (0.8, of 0.78-0.8)",
                           "the chosen setting sits at the lowest recency_half_life_days swept (7, of 7-730)"]),
-    (Knobs(100, 0.78, 730.0), ["the chosen setting sits at the highest rrf_k swept (100, of 1-100): extend the "
+    (Knobs(100, 0.78, 730.0), ["the chosen setting sits at the highest rrf_k swept (100, of 2-100): extend the "
                                "range above it to see whether the gain goes on",
                                "the chosen setting sits at the lowest min_similarity swept (0.78, of 0.78-0.8)",
                                "the chosen setting sits at the highest recency_half_life_days swept (730, of "
                                "7-730)"]),
     (Knobs(60, None, 0.0), []),  # off is no edge
-    (Knobs(99, None, 30.0), []),
+    (Knobs(99, 0.79, 30.0), []),
 ])
 def test_a_chosen_setting_at_the_lowest_or_highest_swept_value_is_at_the_edge(chosen, words):
     overall = pl.DataFrame([k.columns() for k in (
-        Knobs(k, m, h) for k in (1, 60, 99, 100) for m in (None, 0.78, 0.8) for h in (0.0, 7.0, 30.0, 730.0))])
+        Knobs(k, m, h) for k in (2, 60, 99, 100) for m in (None, 0.78, 0.79, 0.8) for h in (0.0, 7.0, 30.0, 730.0))])
     found = edge_warnings(overall, {"the chosen setting": chosen})
     assert len(found) == len(words) and all(f.startswith(w) for f, w in zip(found, words))
+
+
+def test_no_edge_where_soat_takes_no_further_value():
+    overall = pl.DataFrame([Knobs(k, m).columns() for k in (1, 5) for m in (0.0, 0.5, 1.0)])
+    assert edge_warnings(overall, {"the chosen setting": Knobs(1, 0.0)}) == []
+    assert edge_warnings(overall, {"the chosen setting": Knobs(5, 1.0)}) == [
+        "the chosen setting sits at the highest rrf_k swept (5, of 1-5): extend the range above it to see whether "
+        "the gain goes on"]
 
 
 def test_a_run_warns_on_stdout_and_in_its_report_of_values_that_change_no_rank(tmp_path, capsys):

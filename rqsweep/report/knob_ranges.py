@@ -8,6 +8,7 @@ made a row group of queries.parquet at a time: memory grows with the settings, n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -16,7 +17,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from rqsweep.golden import OVERALL
-from rqsweep.knobs import KNOBS, OFF, Knobs
+from rqsweep.knobs import HALF_LIFE, KNOBS, MAX_RRF_K, MIN_SIMILARITY, OFF, RRF_K, Knobs
 from rqsweep.report.render import Block, Heading, Paragraph
 from rqsweep.report.tables import knob_label
 from rqsweep.runfolder import QUERIES
@@ -52,9 +53,14 @@ def inert_values(prints: pl.DataFrame) -> dict[str, list]:
     return out
 
 
+# Knob -> the lowest and highest values SOAT takes: a range cannot be extended past them.
+_LIMITS = {RRF_K: (1, MAX_RRF_K), MIN_SIMILARITY: (0.0, 1.0), HALF_LIFE: (0.0, math.inf)}
+
+
 def edge_warnings(overall: pl.DataFrame, chosen: Mapping[str, Knobs]) -> list[str]:
     """A warning for each knob of a chosen setting (`chosen`: what it is called -> its knobs) at the lowest or
-    highest value the run swept of it ("off" aside), where the knob has two such values or more."""
+    highest value the run swept of it ("off" aside), where the knob has two such values or more and the range
+    can be extended on that side."""
     out = []
     for knob in KNOBS:
         swept = [v for v in overall[knob].unique().to_list() if v is not None and v != OFF.get(knob)]
@@ -63,7 +69,7 @@ def edge_warnings(overall: pl.DataFrame, chosen: Mapping[str, Knobs]) -> list[st
         low, high = min(swept), max(swept)
         for who, knobs in chosen.items():
             value = getattr(knobs, knob)
-            if value in (low, high):
+            if value in (low, high) and value not in _LIMITS[knob]:
                 side = "lowest" if value == low else "highest"
                 out.append(f"{who} sits at the {side} {knob} swept ({knob_label(knob, value)}, of "
                            f"{knob_label(knob, low)}-{knob_label(knob, high)}): extend the range "
