@@ -12,10 +12,10 @@ from rqsweep import metrics
 from rqsweep.backends import BACKENDS
 from rqsweep.config import JobConfig, load_config, storage_url_problem
 from rqsweep.corpus import Corpus, load_corpus
-from rqsweep.space import refuse_without_data
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
+from rqsweep.space import refuse_without_data
 
 
 @dataclass

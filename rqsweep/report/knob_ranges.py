@@ -32,8 +32,6 @@ def fingerprints(groups: Iterable[pl.DataFrame]) -> pl.DataFrame:
     keys = ["setting_id", *KNOBS]
     parts = [group.group_by(keys).agg(pl.struct("query_id", "positions").hash(_SEED).sum().alias("fingerprint"))
              for group in groups]
-    if not parts:
-        return pl.DataFrame(schema={"setting_id": pl.String, "fingerprint": pl.UInt64})
     return pl.concat(parts).group_by(keys).agg(pl.col("fingerprint").sum())
 
 
