@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
-from rqsweep.knobs import CHECKS, KNOBS, OFF, RRF_K, KnobError, Knobs
+from rqsweep.knobs import CHECKS, HALF_LIFE, KNOBS, MIN_SIMILARITY, OFF, RRF_K, KnobError, Knobs
 from rqsweep.scope import Scope
 from rqsweep.scrub import redact_url
 
@@ -127,9 +127,12 @@ class Chunking:
 
 @dataclass(frozen=True)
 class KnobSpec:
-    """Values of one knob: a list, or a range (`step`, or `num` points, optionally log-spaced)."""
+    """Values of one knob: a list, a range (`step`, or `num` points, optionally log-spaced), or `quantiles` of the
+    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.space.resolve`), and `values`
+    beside them when given."""
 
     values: tuple | None = None
+    quantiles: tuple[float, ...] | None = None
     low: float | None = None
     high: float | None = None
     step: float | None = None
@@ -148,6 +151,8 @@ class KnobSpec:
 
     def size(self) -> int | float:
         """How many values a grid tries for this knob, at most (rounding rrf_k can merge some)."""
+        if self.quantiles is not None:
+            return len(self.quantiles) + len(self.values or ()) + self.off
         return len(self.values) if self.values is not None else self.range_points() + self.off
 
 
@@ -165,6 +170,16 @@ class SweepConfig:
     batch_size: int = 8  # settings proposed before any is told (one fast-path batch or HTTP wave)
     storage: str | None = field(default=None, repr=False)  # study URL; None = a journal file in the run folder
     source: str = "inline"
+    file: Path | None = field(default=None, repr=False)  # where the sweep is written (the config, when inline)
+    path: str = field(default="", repr=False)  # its key path in that file ("sweep" inline)
+
+    def data_knobs(self) -> list[str]:
+        """The knobs whose values come from the data (`quantiles`), resolved when the run starts."""
+        return [k for k, spec in self.knobs.items() if spec.quantiles is not None]
+
+    def where(self, knob: str) -> str:
+        """The key path of a knob's data-derived values in `file`, for errors."""
+        return ".".join(p for p in (self.path, "knobs", knob, DATA_KEYS[knob]) if p)
 
 
 @dataclass(frozen=True)
@@ -379,8 +394,31 @@ def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+# Knob -> the key that takes its values from the data: quantiles of the vector channel's similarities (a floor
+# acts on those) and of the memories' ages (a half-life acts on those). `rqsweep.space.resolve` resolves them.
+DATA_KEYS = {MIN_SIMILARITY: "quantiles", HALF_LIFE: "age_quantiles"}
+
+
+def _quantiles(sec: Section, knob: str) -> KnobSpec:
+    key = next(k for k in sec.data if k in DATA_KEYS.values())
+    if DATA_KEYS.get(knob) != key:
+        instead = f"; use {DATA_KEYS[knob]}" if knob in DATA_KEYS else ""
+        raise sec.fail(key, sec.data[key], f"{knob} cannot take {key}{instead}")
+    if set(sec.data) - {key, "include_off", "values"}:
+        raise InputError(sec.file, sec.path, f"give `{key}` (and `values` to try as well) or a range, not both")
+    values = sec.get(key, list, check=lambda v: len(v) > 0, rule="expected a non-empty list of quantiles in [0, 1]")
+    for i, q in enumerate(values):
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 <= q <= 1:
+            raise InputError(sec.file, f"{sec.where(key)}[{i}]", f"{shown(q)}: a quantile must be a number in [0, 1]")
+    extra = _number_list(sec, "values", CHECKS[knob]) if "values" in sec.data else None
+    return KnobSpec(values=extra, quantiles=tuple(sorted({float(q) for q in values})),
+                    off=sec.get("include_off", bool, False))
+
+
 def _knob_spec(sec: Section, knob: str) -> KnobSpec:
-    sec.only("values", "low", "high", "step", "num", "log", "include_off")
+    sec.only("values", "low", "high", "step", "num", "log", "include_off", *DATA_KEYS.values())
+    if any(k in sec.data for k in DATA_KEYS.values()):
+        return _quantiles(sec, knob)
     checker = CHECKS[knob]
     if "values" in sec.data:
         if set(sec.data) - {"values", "include_off"}:
@@ -461,7 +499,11 @@ def _sweep(value: object, config: Path) -> SweepConfig:
     if not knobs:
         raise InputError(file, knobs_sec.path, "name at least one knob to sweep")
     for knob, spec in knobs.items():
-        if strategy == "grid" and knob != RRF_K and spec.values is None and spec.step is None and spec.num is None:
+        if spec.quantiles is not None and strategy != "grid":
+            raise InputError(file, knobs_sec.where(knob), f"{DATA_KEYS[knob]}: values from the data are for a grid "
+                             "(strategy grid); an optimiser takes `values` or a range")
+        if (strategy == "grid" and knob != RRF_K and spec.values is None and spec.quantiles is None
+                and spec.step is None and spec.num is None):
             raise InputError(file, knobs_sec.where(knob), "a grid over a real range needs `step` or `num`")
     if strategy == "grid":
         _check_grid_size(knobs_sec, knobs)
@@ -483,7 +525,7 @@ def _sweep(value: object, config: Path) -> SweepConfig:
         warm_start=opt.get("warm_start", int, 0, lambda v: v >= 0, "must be >= 0 (0 = no warm start)"),
         batch_size=opt.get("batch_size", int, 8, lambda v: v >= 1, "must be >= 1"),
         storage=_storage(opt, file),
-        source=source,
+        source=source, file=file, path=sec.path,
     )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rqsweep.backends import BACKENDS
 from rqsweep.inputs import load_inputs, with_study
 from rqsweep.progress import Progress
 from rqsweep.scrub import redact_url
-from rqsweep.space import grid
+from rqsweep.space import describe, grid
 
 
 def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:
@@ -17,7 +18,10 @@ def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | No
     inputs = with_study(load_inputs(config_path, Progress(0, "dry run").log), n_trials, storage)
     config, golden = inputs.config, inputs.golden
     sweep = config.sweep
-    if sweep.strategy == "grid":
+    if sweep.data_knobs():  # their values are known once the run has its candidates: count at most one per quantile
+        known = grid(sweep, config.baseline, {k: [] for k in sweep.data_knobs()})  # the values known already
+        n = math.prod(spec.size() for spec in sweep.knobs.values()) + (config.baseline not in known)
+    elif sweep.strategy == "grid":
         settings = grid(sweep, config.baseline)
         n = len(settings) + (config.baseline not in settings)
     else:
@@ -33,6 +37,7 @@ def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | No
         *([f"embedders: {', '.join(f'{label} ({e.kind}' + (f' {e.model})' if e.model else ')') for label, e in embedders)}"
            + (" (one run each)" if len(embedders) > 1 else "")] if embedders else []),
         f"strategy {sweep.strategy} ({sweep.source}): at most {n} settings, the baseline included",
+        *(f"data-derived values: {line}" for line in describe(sweep)),
         *([f"storage: {redact_url(sweep.storage) if sweep.storage else 'a journal file in the run folder'}"]
           if sweep.strategy == "optimize" else []),
         f"inputs sha256: {inputs.sha256} (config, sweep, corpus and golden set: run.json's inputs_sha256)",

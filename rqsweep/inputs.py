@@ -15,6 +15,7 @@ from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
+from rqsweep.space import refuse_without_data
 
 
 @dataclass
@@ -115,6 +116,8 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
                              f"(slices: {', '.join(golden.slices)})")
     _check_local_models(config)
     _check_cache_dir(config)
+    if not BACKENDS[config.backend.kind].knob_data:
+        refuse_without_data(config.sweep, config.backend.kind)
     if config.objective.slice not in slices - {"*"}:
         raise InputError(config.path, "objective.slice",
                          f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "

@@ -28,6 +28,7 @@ from rqsweep.knobs import Knobs
 from rqsweep.noise import SliceNoise, baseline_values, noise_of, setting_spreads
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
+from rqsweep.report.knob_ranges import knob_ranges
 from rqsweep.report.label_health import Tally, run_label_health, tally
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.report.summary import summarise
@@ -39,7 +40,7 @@ from rqsweep.runfolder.state import whole_settings
 from rqsweep.runfolder.tables import (QUERY_ROWS_PER_GROUP, Stamp, golden_table, grid_table, hits_table, knobs_of,
                                       open_queries, query_table, setting_knobs, table_metadata, write_grid, write_hits,
                                       write_queries, write_label_health, write_ranked, write_routing, write_settings)
-from rqsweep.space import grid
+from rqsweep.space import grid, resolve
 from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
@@ -87,8 +88,11 @@ class Scores:
 class Sweep:
     """One run: evaluates settings through a backend into a resumable state, then scores what it found."""
 
-    def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress):
+    def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress,
+                 data_values: dict[str, list[float]] | None = None):
+        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`)."""
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
+        self.data_values = data_values
         self.config, self.golden = inputs.config, inputs.golden
         self.state = RunState.of(run_dir)
         self.stamp = Stamp.of(run_id, inputs)
@@ -197,7 +201,7 @@ class Sweep:
         sweep = self.config.sweep
         self.baseline_rows()
         if sweep.strategy == "grid":
-            settings = grid(sweep, self.config.baseline)
+            settings = grid(sweep, self.config.baseline, self.data_values)
             self.progress.total = len(settings)
             run_grid(settings, self.state.finished(), self.evaluate, self.progress, self.backend.checkpoint_every)
         else:
@@ -357,8 +361,17 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     if backend.warnings:  # the report reads them from run.json
         record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])
         record.write(run_dir)
+    if config.sweep.data_knobs() and record.data_values is None:  # a resumed run sweeps the values it started with
+        try:
+            record = replace(record, data_values=resolve(config.sweep, backend))
+        except BaseException:
+            backend.close()
+            raise
+        record.write(run_dir)
+    for knob, values in (record.data_values or {}).items():
+        progress.log(f"{knob} from the data: {', '.join(f'{v:g}' for v in values)}")
     prepared = time.monotonic()
-    sweep = Sweep(inputs, backend, run_dir, run_id, progress)
+    sweep = Sweep(inputs, backend, run_dir, run_id, progress, record.data_values)
     metadata = table_metadata(inputs, backend.profile)
     try:
         sweep.stream(metadata)
@@ -392,7 +405,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
-                        inputs.metrics, done.rejected, named, held_out)
+                        inputs.metrics, done.rejected, named, held_out,
+                        knob_ranges(run_dir, done.grid, done.best).warnings())
     scored = time.monotonic()
     record = replace(record, decision=decision)
     record.write(run_dir)

@@ -1,23 +1,92 @@
-"""Search spaces: grids enumerated here (not by Optuna's GridSampler), and Optuna suggestions."""
+"""Search spaces: grids enumerated here (not by Optuna's GridSampler), with knob values taken from the data where a
+sweep asks (`resolve`), and Optuna suggestions."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 import optuna
 
-from rqsweep.config import KnobSpec, SweepConfig
-from rqsweep.knobs import KNOBS, OFF, RRF_K, Knobs
+from rqsweep.config import DATA_KEYS, KnobSpec, SweepConfig
+from rqsweep.errors import InputError
+from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, OFF, RRF_K, Knobs
 
 
-def knob_values(knob: str, spec: KnobSpec) -> list:
-    """The values a grid tries for one knob, in order, without repeats."""
-    if spec.values is not None:
-        return list(spec.values)
+# Values a sweep takes from the data (docs/sweeps.md), resolved once the backend has its candidates:
+# - `min_similarity: {quantiles: [...]}`: quantiles of the similarity of every vector-channel candidate of every
+#   golden query, before the floor (the list a floor cuts, whatever the setting), rounded to 3 decimals. A floor
+#   below every similarity the vector channel returns changes no rank.
+# - `recency_half_life_days: {age_quantiles: [...]}`: quantiles of every memory's age in days at the run's clock,
+#   rounded to 2 significant digits. A half-life far from every memory's age changes no rank either.
+# Quantiles interpolate linearly between order statistics (numpy's default); values that round alike are one value.
+
+
+class KnobData(Protocol):
+    """What a backend that can resolve data-derived values reports (`BackendKind.knob_data`)."""
+
+    def vector_similarities(self) -> np.ndarray: ...
+
+    def memory_ages(self) -> np.ndarray: ...
+
+
+# Knob -> (what is quantiled, how a quantile is rounded, what it is called).
+_SOURCES: dict[str, tuple[Callable[[KnobData], np.ndarray], Callable[[float], float], str]] = {
+    MIN_SIMILARITY: (lambda data: data.vector_similarities(), lambda v: round(v, 3),
+                     "the vector channel's similarities"),
+    HALF_LIFE: (lambda data: data.memory_ages(), lambda v: float(f"{v:.2g}"), "the memories' ages in days"),
+}
+
+
+def describe(sweep: SweepConfig) -> list[str]:
+    """What each data-derived knob's values will be, for `--dry-run`."""
+    out = []
+    for knob in sweep.data_knobs():
+        spec = sweep.knobs[knob]
+        also = f", and {', '.join(f'{v:g}' for v in spec.values)}" if spec.values else ""
+        out.append(f"{knob}: {'off, ' if spec.off else ''}quantiles {', '.join(f'{q:g}' for q in spec.quantiles)} "
+                   f"of {_SOURCES[knob][2]} (from the data, resolved when the run starts){also}")
+    return out
+
+
+def resolve(sweep: SweepConfig, data: KnobData) -> dict[str, list[float]]:
+    """Knob -> the values its quantiles take from `data`, ascending; {} when no knob takes values from the data."""
+    out = {}
+    for knob in sweep.data_knobs():
+        values, rounded, what = _SOURCES[knob]
+        observed = np.asarray(values(data), np.float64)
+        observed = observed[np.isfinite(observed)]
+        if observed.size == 0:
+            raise InputError(sweep.file, sweep.where(knob),
+                             f"no values to take quantiles of: the run has none of {what}; give `values` instead")
+        quantiles = np.quantile(observed, list(sweep.knobs[knob].quantiles))
+        out[knob] = sorted({rounded(float(q)) for q in quantiles})
+    return out
+
+
+def refuse_without_data(sweep: SweepConfig, backend_kind: str) -> None:
+    """An InputError naming the sweep's first data-derived knob: `backend_kind` cannot report the data."""
+    knobs = sweep.data_knobs()
+    if knobs:
+        raise InputError(sweep.file, sweep.where(knobs[0]),
+                         f"{list(sweep.knobs[knobs[0]].quantiles)}: values from the data need the embedded backend, "
+                         f"which sees every candidate's similarity and every memory's age; the {backend_kind} "
+                         f"backend does not: give `values` or a range ({', '.join(DATA_KEYS.values())} refused)")
+
+
+def knob_values(knob: str, spec: KnobSpec, derived: Sequence[float] | None = None) -> list:
+    """The values a grid tries for one knob, in order, without repeats; `derived`: the values a spec of
+    `quantiles` took from the data (`resolve`), tried with its `values`, in ascending order."""
     low, high = spec.low, spec.high
-    if spec.step is not None:
+    if spec.quantiles is not None:
+        if derived is None:
+            raise ValueError(f"{knob} takes its values from the data: resolve them first (space.resolve)")
+        values = sorted({*derived, *(spec.values or ())})
+    elif spec.values is not None:
+        return list(spec.values)
+    elif spec.step is not None:
         values = [low + i * spec.step for i in range(spec.range_points())]
     elif spec.num is not None:
         values = list(np.geomspace(low, high, spec.num) if spec.log else np.linspace(low, high, spec.num))
@@ -29,9 +98,12 @@ def knob_values(knob: str, spec: KnobSpec) -> list:
     return list(dict.fromkeys(values))
 
 
-def grid(sweep: SweepConfig, baseline: Knobs) -> list[Knobs]:
-    """Every combination of the swept knobs; knobs not swept stay at the baseline's value."""
-    axes = [knob_values(k, sweep.knobs[k]) if k in sweep.knobs else [getattr(baseline, k)] for k in KNOBS]
+def grid(sweep: SweepConfig, baseline: Knobs, derived: Mapping[str, Sequence[float]] | None = None) -> list[Knobs]:
+    """Every combination of the swept knobs; knobs not swept stay at the baseline's value. `derived`: knob -> the
+    values its `quantiles` took from the data."""
+    derived = derived or {}
+    axes = [knob_values(k, sweep.knobs[k], derived.get(k)) if k in sweep.knobs else [getattr(baseline, k)]
+            for k in KNOBS]
     return [Knobs(*combo) for combo in itertools.product(*axes)]
 
 

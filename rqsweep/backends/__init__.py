@@ -29,6 +29,7 @@ class BackendKind:
     read: Callable[[Section], object]  # the `backend:` section -> this backend's config (`JobConfig.backend`)
     builder: str  # "module:function", imported when built: a run on one backend loads none of another's modules
     searches: str  # what a (setting x query) evaluation costs, for --dry-run
+    knob_data: bool = False  # its backend reports what a sweep's `quantiles` take (`rqsweep.space.KnobData`)
 
     def build(self, *args, **kwargs) -> Backend:
         module, function = self.builder.split(":")
@@ -38,7 +39,7 @@ class BackendKind:
 # The first kind is the default.
 BACKENDS = {
     "embedded": BackendKind(read_embedded, "rqsweep.backends.embedded:build_embedded_backend",
-                            "on the embedded backend, one candidate extraction per query"),
+                            "on the embedded backend, one candidate extraction per query", knob_data=True),
     "http": BackendKind(read_http, "rqsweep.backends.http.backend:build_http_backend",
                         "over HTTP, one search each in direct mode, about one per query in replay mode"),
 }

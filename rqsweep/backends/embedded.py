@@ -114,6 +114,15 @@ class EmbeddedBackend:
             self._candidates = self.shards.candidates()
         return self._candidates
 
+    def vector_similarities(self) -> np.ndarray:
+        """The similarity of every vector-channel candidate of every golden query, before the floor: the list a
+        `min_similarity` cuts, whatever the setting (what a sweep's `quantiles` take)."""
+        return np.array([c.score for found in self.candidates for c in found.vector], np.float64)
+
+    def memory_ages(self) -> np.ndarray:
+        """Every memory's age in days at the run's clock (what a sweep's `age_quantiles` take)."""
+        return self.index.memory_age_days()
+
     def evaluate(self, settings: Sequence[Knobs]) -> pl.DataFrame:
         batch = SettingsBatch.from_knobs(settings)
         if self.shards is not None:

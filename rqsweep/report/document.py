@@ -11,6 +11,7 @@ from rqsweep.backends.base import describe_profile
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
 from rqsweep.noise import SliceNoise
+from rqsweep.report.knob_ranges import knob_range_blocks, knob_ranges
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
@@ -219,6 +220,7 @@ _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
     lambda run, tables, cv, noise: _plots(run, tables), lambda run, tables, cv, noise: _held_out(run, cv),
     lambda run, tables, cv, noise: routing_blocks(run, metric_label(run.objective[0])),
     lambda run, tables, cv, noise: _significance(run, cv), lambda run, tables, cv, noise: _knobs(run, tables),
+    lambda run, tables, cv, noise: knob_range_blocks(knob_ranges(run.path, run.grid, run.best)),
     lambda run, tables, cv, noise: _infeasible(run), lambda run, tables, cv, noise: ladder_blocks(run),
     lambda run, tables, cv, noise: noise_blocks(run, noise), lambda run, tables, cv, noise: _recency(run),
     lambda run, tables, cv, noise: label_health_blocks(run), lambda run, tables, cv, noise: _changed(run))

@@ -23,9 +23,10 @@ def _fmt(v: float | None) -> str:
 
 def summarise(grid: pl.DataFrame, best: str | None, baseline: str, objective: tuple[str, str],
               metric_names: Sequence[str], rejected: Mapping[str, int], knobs: Mapping[str, Knobs],
-              extra: Sequence[str] = ()) -> str:
+              extra: Sequence[str] = (), warnings: Sequence[str] = ()) -> str:
     """The summary printed at the end of a run. `extra` lines (the verdict, then the held-out estimates) come
-    first: the best setting's own figures are in sample, measured on the queries it was picked on."""
+    first: the best setting's own figures are in sample, measured on the queries it was picked on. `warnings`
+    (knob ranges that do not act) come last."""
 
     def rows(sid: str) -> dict[str, dict]:
         return {r["slice"]: r for r in grid.filter(pl.col("setting_id") == sid).iter_rows(named=True)}
@@ -60,4 +61,5 @@ def summarise(grid: pl.DataFrame, best: str | None, baseline: str, objective: tu
         name, _, kind = key.partition(":")
         reason = {"min": "below its floor", "max_drop": "dropped too far vs the baseline"}.get(kind, "")
         lines.append(f"  {count:>6}  {name} {reason}".rstrip())
+    lines += [f"Warning: {w}." for w in warnings]
     return "\n".join(lines)

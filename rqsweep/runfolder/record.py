@@ -65,6 +65,8 @@ class RunRecord:
     embedders: list | None = _start(when="given")  # a sweep over several embedders: their labels (`embedder_sweep`)
     storage: str | None = _start(when="given")  # an optimise run's study URL, password redacted
     resumed_at: str | None = _start(when="given")  # the latest `--resume`
+    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`): a resumed run sweeps these.
+    data_values: dict | None = _start(when="given")
     server_profile: dict | None = _finish()  # what ranked (`backends.base`)
     finished_at: str | None = _finish()
     backend: str | None = _finish()
@@ -111,7 +113,8 @@ class RunRecord:
                              "the config, sweep, corpus or golden set changed since this run started")
         self.check_embedder(inputs, run_dir)
         begun = RunRecord.begin(inputs, self.run_id, run_dir, now)
-        return replace(begun, started_at=self.started_at or begun.started_at, resumed_at=now.isoformat())
+        return replace(begun, started_at=self.started_at or begun.started_at, resumed_at=now.isoformat(),
+                       data_values=self.data_values)
 
     def check_embedder(self, inputs: Inputs, run_dir: Path) -> None:
         """InputError when `inputs`' config gives another embedder than this run's, its bytes unchanged: a config
