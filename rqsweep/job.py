@@ -68,6 +68,7 @@ class Finished:
     rejected: dict[str, int]
     validation: CrossValidation | None  # the held-out estimate of the gain, when `validation:` asks for one
     routing: Routing | None  # one setting per slice, validated by nested cross-validation (with `validation:`)
+    kept: Routing | None  # the same with the baseline as every fold's global setting (`verdict`)
     tallies: list[Tally]  # label health's, of every setting's rows
     noise: list[SliceNoise] | None  # the report's noise figures, when the evaluation made them (`Sweep.stream`)
 
@@ -268,9 +269,11 @@ class Sweep:
         objective = (obj.metric, obj.slice)
         cv = None if folds is None else cross_validate(folds, rows_of, self.baseline_id, objective,
                                                        self.config.constraints)
-        routes = None if folds is None else route(folds, rows_of, self.baseline_id, objective, self.config.constraints)
-        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes, [p.tally for p in parts],
-                        noise)
+        routes, kept = ((None, None) if folds is None else
+                        (route(folds, rows_of, self.baseline_id, objective, self.config.constraints, fixed)
+                         for fixed in (None, self.baseline_id)))
+        return Finished(grid_frame, settings, verdicts.best, verdicts.rejected(), cv, routes, kept,
+                        [p.tally for p in parts], noise)
 
 
 def run(config_path: Path, *, workers: int | None = None, resume: Path | None = None, quiet: bool = False,
@@ -380,7 +383,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         done = sweep.finish(metadata)
         chosen = done.best or sweep.baseline_id
         label, metric = metrics.get(config.objective.metric).label, config.objective.metric
-        verdict = decide(done.best, sweep.baseline_id, done.routing,
+        verdict = decide(done.best, sweep.baseline_id, done.routing, done.kept,
                          in_sample_rows(run_dir / QUERIES, done.best, sweep.baseline_id, metric), metric, label)
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
@@ -400,8 +403,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
     write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
     held_out = [*decision["lines"], *([] if done.validation is None else summary_lines(done.validation, label))]
-    if done.routing is not None:
-        routing = {**done.routing.record(run_id), "decision": decision}
+    if verdict.applied is not None:
+        routing = {**verdict.applied.record(run_id), "decision": decision}
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),

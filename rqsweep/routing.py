@@ -80,6 +80,7 @@ class Routing:
     routed_values: np.ndarray
     paired: np.ndarray
     rerouted: np.ndarray  # per query: its fold's routing sent its slice elsewhere than the fold's global setting
+    unsettled: np.ndarray  # per query: numerically sensitive at the baseline, its fold's global or its route
 
     def members(self, slice_: str) -> np.ndarray:
         slices = np.array(self.slice_of)
@@ -139,7 +140,8 @@ def _interval(d: np.ndarray) -> dict:
 class _Chooser:
     """Choices on a part of the folds, from the fold sums: the global setting and each slice's own."""
 
-    def __init__(self, sums: FoldSums, baseline: str, objective: tuple[str, str], constraints: Sequence[Constraint]):
+    def __init__(self, sums: FoldSums, baseline: str, objective: tuple[str, str], constraints: Sequence[Constraint],
+                 fixed_global: str | None = None):
         total, successes, failures = sums.arrays()
         # Only the metrics a choice reads (the objective's first, then the constraints'), each array fold first:
         # a part of the folds is then added up from contiguous blocks.
@@ -149,7 +151,7 @@ class _Chooser:
         self.members, self.slices = sums.members, sums.slices
         self.baseline, self.objective, self.constraints = baseline, objective, list(constraints)
         self.rule = Rule(sums.settings, baseline, objective, constraints, sums.slices, metrics)
-        self.settings = sums.settings
+        self.settings, self.fixed_global = sums.settings, fixed_global
         self.index = {sid: i for i, sid in enumerate(sums.settings)}
         self.choose = lru_cache(maxsize=None)(self._choose)
 
@@ -166,7 +168,7 @@ class _Chooser:
             violated = np.logical_or.reduce([incomplete, *(v for s, v in checks if on(s))])
             return best_feasible(self.settings, self.baseline, score, ~violated)
 
-        chosen = best(self.objective[1], lambda _: True) or self.baseline
+        chosen = self.fixed_global or best(self.objective[1], lambda _: True) or self.baseline
         own = {}
         for s in checked:
             mine = best(s, lambda t: t == s)
@@ -211,15 +213,16 @@ class _Chooser:
 
 
 def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline: str, objective: tuple[str, str],
-          constraints: Sequence[Constraint]) -> Routing | None:
+          constraints: Sequence[Constraint], fixed_global: str | None = None) -> Routing | None:
     """The routing table chosen on all queries, and its held-out figures by nested cross-validation.
 
-    `sums` and `rows_of` are those of `validation.cross_validate` (the same folds). None when there are fewer
-    than two folds.
+    `sums` and `rows_of` are those of `validation.cross_validate` (the same folds). With `fixed_global` (the
+    baseline, when the verdict keeps it), every choice of the global setting is that one, so each slice's guard
+    weighs its own setting against it. None when there are fewer than two folds.
     """
     if sums.folds < 2:
         return None
-    chooser = _Chooser(sums, baseline, objective, constraints)
+    chooser = _Chooser(sums, baseline, objective, constraints, fixed_global)
     everything = tuple(range(sums.folds))
     global_setting, routes = chooser.guarded(everything)
     outer = [chooser.guarded(tuple(x for x in everything if x != f)) for f in everything]
@@ -227,7 +230,12 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     fold_routes = tuple({s: r.setting for s, r in routes_f.items()} for _, routes_f in outer)
 
     applied = list(dict.fromkeys([baseline, *fold_globals, *(sid for r in fold_routes for sid in r.values())]))
-    values, ok = matrices(rows_of(applied), applied, sums.query_ids, [objective[0]])
+    rows = rows_of(applied)
+    values, ok = matrices(rows, applied, sums.query_ids, [objective[0]])
+    sensitive = np.zeros_like(ok)
+    if "numeric_sensitive" in rows.columns:
+        flags = rows.with_columns(pl.col("numeric_sensitive").fill_null(False).cast(pl.Float64))
+        sensitive = matrices(flags, applied, sums.query_ids, ["numeric_sensitive"])[0][0] > 0
     position = {sid: i for i, sid in enumerate(applied)}
     slice_names = [sums.slices[k] for k in sums.slice_of]
     global_at = np.array([position[fold_globals[f]] for f in sums.fold])
@@ -237,4 +245,5 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     paired = ok[base_at, columns] & ok[global_at, columns] & ok[routed_at, columns]
     return Routing(objective, baseline, sums.folds, sums.seed, global_setting, routes, fold_globals, fold_routes,
                    list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
-                   values[0, routed_at, columns], paired, routed_at != global_at)
+                   values[0, routed_at, columns], paired, routed_at != global_at,
+                   sensitive[base_at, columns] | sensitive[global_at, columns] | sensitive[routed_at, columns])

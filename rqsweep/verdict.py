@@ -9,14 +9,16 @@ bits move a few ranks, and the in-sample best flips with them. So the run's maxi
   `significance` at ALPHA. Otherwise the baseline stays. Without cross-validation, the same test on the
   in-sample best, which says so: its gain is optimistic.
 - the routing table is stated when its held-out gain over the baseline has a bootstrap interval above zero.
-  The table applied is the routed slices' own settings, every other slice on the verdict's global setting (the
-  baseline when it stays), and its held-out gain is measured that way: a query whose fold routed its slice is
-  scored by that route, any other by the fold's global choice, or by the baseline when the baseline stays.
+  It is chosen and measured under the verdict's global setting: when the baseline stays, every fold's global
+  setting is the baseline (`route(fixed_global=...)`), so each slice's guard weighs its own setting against the
+  baseline it would otherwise get.
+- both tests leave out the queries that some setting compared ranks numerically sensitively (a rank another C
+  library's math may move): the verdict rests on what every machine ranks alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -45,6 +47,7 @@ class Verdict:
     reason: str  # why the global setting is what it is, in words
     routes: dict[str, str] | None  # slice -> setting, routed slices only; None when routing does not hold
     routing_gain: PairedTest | None  # of the table applied, over the baseline, held out; None without routing
+    applied: Routing | None = None  # the routing analysis under the verdict's global setting (routing.json's)
 
     def lines(self, metric_label: str) -> list[str]:
         """stdout's first lines and the report's first paragraphs."""
@@ -81,18 +84,21 @@ def _figure(t: PairedTest) -> str:
     return f"{t.mean_difference:+.4f} [{t.ci_low:+.4f}, {t.ci_high:+.4f}]"
 
 
-def decide(best: str | None, baseline: str, routing: Routing | None, in_sample: pl.DataFrame | None,
-           metric: str, metric_label: str) -> Verdict:
-    """The verdict from the in-sample best (None: nothing feasible), the routing's nested cross-validation (None
-    without `validation:`), and, without it, `in_sample`: the best's and the baseline's per-query rows."""
+def decide(best: str | None, baseline: str, routing: Routing | None, kept: Routing | None,
+           in_sample: pl.DataFrame | None, metric: str, metric_label: str) -> Verdict:
+    """The verdict from the in-sample best (None: nothing feasible), the routing's nested cross-validation with the
+    global setting chosen in each fold (`routing`) and with the baseline kept as the global one (`kept`), both None
+    without `validation:`; and, without it, `in_sample`: the best's and the baseline's per-query rows."""
     if best is None or (best == baseline and routing is None):
         why = ("no setting is feasible: every evaluated setting violates a constraint" if best is None else
                "it is itself the best feasible setting, in sample")
-        return _with_routing(Verdict(baseline, baseline, False, routing is not None, None, why, None, None), routing)
+        return _with_routing(Verdict(baseline, baseline, False, routing is not None, None, why, None, None), kept)
     if routing is not None:
-        m = routing.members(OVERALL)
+        m = _settled(routing)
         gain, where = paired_test(routing.global_values[m] - routing.baseline_values[m]), "held out"
-        how = f"{routing.folds}-fold cross-validation"
+        left_out = int((routing.members(OVERALL) & routing.unsettled).sum())
+        how = (f"{routing.folds}-fold cross-validation"
+               + (f"; {left_out} numerically sensitive queries left out" if left_out else ""))
     else:
         rows = in_sample.filter(pl.col("error").is_null()).pivot(on="setting_id", index="query_id", values=metric)
         rows = rows.drop_nulls()
@@ -105,19 +111,25 @@ def decide(best: str | None, baseline: str, routing: Routing | None, in_sample: 
            f"no setting's gain over it is significant {where}: the {chooser}'s {figures}"
            + ("" if best == baseline else f"; the best in sample, {Knobs.from_id(best).label()}, is not the verdict"))
     return _with_routing(Verdict(baseline, best if changed else baseline, changed, routing is not None, gain, why,
-                                 None, None), routing)
+                                 None, None), routing if changed else kept)
+
+
+def _settled(routing: Routing) -> np.ndarray:
+    """The queries every figure of the verdict averages: paired, and ranked alike by any machine's math (no
+    numerically sensitive cell among the settings compared), so that the verdict does not flip with the C
+    library."""
+    return routing.members(OVERALL) & ~routing.unsettled
 
 
 def _with_routing(verdict: Verdict, routing: Routing | None) -> Verdict:
+    """`verdict` with the routing applied under it: `routing`'s global setting is the verdict's (the baseline
+    when it stays, `kept`), so a query is scored by its fold's route, or by that setting."""
     if routing is None or not any(r.routed for r in routing.routes.values()):
-        return verdict
-    m = routing.members(OVERALL)
-    otherwise = routing.global_values if verdict.changed else routing.baseline_values
-    applied = np.where(routing.rerouted, routing.routed_values, otherwise)
-    gain = paired_test(applied[m] - routing.baseline_values[m])
+        return replace(verdict, applied=routing)
+    m = _settled(routing)
+    gain = paired_test(routing.routed_values[m] - routing.baseline_values[m])
     routes = {s: r.setting for s, r in routing.routes.items() if r.routed} if gain.ci_low > 0 else None
-    return Verdict(verdict.baseline, verdict.setting, verdict.changed, verdict.held_out, verdict.gain, verdict.reason,
-                   routes, gain)
+    return replace(verdict, routes=routes, routing_gain=gain, applied=routing)
 
 
 def in_sample_rows(queries: Path, best: str | None, baseline: str, metric: str) -> pl.DataFrame:
