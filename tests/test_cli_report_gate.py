@@ -50,7 +50,7 @@ def sweep_writes(monkeypatch, tmp_path):
 def test_report_command_rebuilds_the_report(previous, capsys):
     assert main(["report", str(previous)]) == 0
     assert (previous / "report.html").exists()
-    assert "Best feasible setting: rrf_k=20" in (previous / "report.md").read_text()
+    assert "Best feasible setting in sample: rrf_k=20" in (previous / "report.md").read_text()
     assert "report.html" in capsys.readouterr().out
 
 

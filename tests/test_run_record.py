@@ -70,7 +70,8 @@ def test_a_finished_run_json_holds_every_field_of_the_record_in_order(tmp_path):
     config = write_job(tmp_path, sweep={"strategy": "grid", "knobs": {"rrf_k": {"values": [5, 60]}}})
     outcome = job.run(config, quiet=True, output_dir=tmp_path / "out")
     data = json.loads((outcome.run_dir / RUN_JSON).read_text())
-    assert list(data) == [*_written("start"), *_written("finish")]  # no storage, not resumed
+    # no storage, not resumed; the verdict written as soon as it is made
+    assert list(data) == [*_written("start"), *_written("finish"), "decision"]
     assert data["status"] == "complete" and data["settings"] == 2
     assert RunRecord.read(outcome.run_dir).complete
 
