@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,16 +53,16 @@ def test_the_handbook_decides_the_same_under_both_erffs_and_its_gate_passes_acro
                       .replace("cache_dir: ../.cache/embeddings", f"cache_dir: {cache}"))
     gate_file = tmp_path / "gate.json"
 
-    def run(out: str, env: dict[str, str] | None, *gate: str) -> tuple[list[str], dict, str]:
+    def run(out: str, env: dict[str, str] | None, *gate: str) -> tuple[list[str], dict, str, Path]:
         done = subprocess.run([sys.executable, "-m", "rqsweep", str(config), "--quiet", "--output-dir",
                                str(tmp_path / out), "--gate-file", str(gate_file), *gate],
                               env=env, capture_output=True, text=True, cwd=ROOT)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         (run_dir,) = (tmp_path / out / "handbook").iterdir()
-        return done.stdout.splitlines(), json.loads((run_dir / "run.json").read_text()), done.stdout
+        return done.stdout.splitlines(), json.loads((run_dir / "run.json").read_text()), done.stdout, run_dir
 
-    libc_lines, libc, _ = run("libc", None, "--update-gate-file")
-    swapped_lines, swapped, said = run("swapped", preload)
+    libc_lines, libc, _, libc_dir = run("libc", None, "--update-gate-file")
+    swapped_lines, swapped, said, _ = run("swapped", preload)
     assert libc["server_profile"]["numerics"] != swapped["server_profile"]["numerics"]
     assert libc["server_profile"]["embedder"] == swapped["server_profile"]["embedder"]
     # The verdict and the routing table applied are the same; their figures may differ in the last places.
@@ -72,5 +73,10 @@ def test_the_handbook_decides_the_same_under_both_erffs_and_its_gate_passes_acro
     assert libc_lines[1].split(". Gain")[0] == swapped_lines[1].split(". Gain")[0]
     # The gate written on one machine's math passes the other's, and says why it judged within the ranges.
     assert "ran the same model on different math" in said and "Gate passed" in said
+    # The report counts the numerically sensitive cells of the whole sweep, as queries.parquet holds them.
+    flagged = pl.scan_parquet(libc_dir / "queries.parquet").select(
+        pl.col("numeric_sensitive").sum().alias("n"), pl.len().alias("all")).collect().row(0)
+    assert f"{flagged[0]:,} of {flagged[1]:,} (setting, query) cells are numerically sensitive" in (
+        libc_dir / "report.md").read_text() and flagged[0] > 0
     # Each machine's vectors have their own cache files: one shared cache never mixes them.
     assert len(list(cache.glob("*.sqlite3"))) == 2

@@ -87,6 +87,11 @@ def _comparison(run: RunFolder) -> list[Block]:
         counts = [f"{s} {r[flag]}" for s, r in run.slice_rows(run.chosen).items() if s != OVERALL and r.get(flag)]
         if counts:
             notes.append(f"{what} at this setting: " + ", ".join(counts) + ".")
+    overall = run.overall()
+    if "numeric_sensitive" in overall.columns and overall["numeric_sensitive"].null_count() < overall.height:
+        notes.append(f"Over the whole sweep, {int(overall['numeric_sensitive'].sum()):,} of "
+                     f"{int(overall['queries'].sum()):,} (setting, query) cells are numerically sensitive: another "
+                     "machine's math may rank them otherwise, and the verdict's tests leave them out.")
     title = "Best feasible setting beside the baseline" if run.best else "The baseline (no feasible setting)"
     return [Heading(title), Table(frame, note=" ".join(notes))]
 
