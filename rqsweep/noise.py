@@ -11,6 +11,11 @@ spread of a change on the slice, measured on the run's own grid: the root mean s
 whose values on the slice differ from the baseline's on some query, of the sample standard deviation of its
 differences. Settings identical to the baseline on the slice are left out: they change nothing to detect.
 
+Queries needed. The fewest queries n at which a bound b is the MDD or more, MDD(sd, n) <= b, with the same test,
+ALPHA, POWER and sd: Sakai's topic-set-size design for a paired t-test, with the run's own spread standing in
+for the population's (as a pilot study's does). `queries_needed` finds it by bisection: the MDD falls as n
+grows.
+
 One query's worth is 1 / n: a per-query value is in [0, 1], so one query losing its hit (1 -> 0) moves the
 slice mean by 1 / n. A `max_drop` below it forbids any loss at all; one below the MDD sits inside the noise:
 a drop that large would mostly go unseen by a paired test.
@@ -52,6 +57,28 @@ def minimum_detectable_difference(sd: float, n: int, alpha: float = ALPHA, power
     return (t_quantile(1 - alpha / 2, n - 1) + t_quantile(power, n - 1)) * sd / math.sqrt(n)
 
 
+MOST_QUERIES = 10_000_000  # beyond this many, `queries_needed` says None: no golden set will grow so far
+
+
+def queries_needed(sd: float | None, bound: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """The fewest queries whose MDD (`minimum_detectable_difference`, spread `sd`) is at most `bound`; None when
+    there is no spread to size (no setting moves the slice), the bound is not above 0, or it takes more than
+    MOST_QUERIES."""
+    if sd is None or bound <= 0:
+        return None
+    if minimum_detectable_difference(sd, 2, alpha, power) <= bound:
+        return 2
+    low, high = 2, 4  # the MDD is above the bound at `low`, and (once found) at most it at `high`
+    while minimum_detectable_difference(sd, high, alpha, power) > bound:
+        if high > MOST_QUERIES:
+            return None
+        low, high = high, high * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if minimum_detectable_difference(sd, middle, alpha, power) > bound else (low, middle)
+    return high
+
+
 @dataclass(frozen=True)
 class SliceNoise:
     """One metric on one slice: its queries, the settings that move it and the figures of the method above."""
@@ -66,6 +93,10 @@ class SliceNoise:
     @property
     def one_query(self) -> float:
         return 1 / self.queries
+
+    def needed(self, bound: float) -> int | None:
+        """`queries_needed` for `bound` on this slice and metric."""
+        return queries_needed(self.sd, bound)
 
 
 def slice_noise(queries: pl.LazyFrame, baseline: str, metrics: Sequence[str],
@@ -125,7 +156,11 @@ def bound_warnings(bound: float, noise: SliceNoise, what: str) -> list[str]:
                      f"(1/{noise.queries} = {noise.one_query:.3f}): a single query losing its hit breaks it")
     if noise.mdd is not None and bound < noise.mdd:
         losses = math.floor(bound * noise.queries + 1e-9)
+        needed = noise.needed(bound)
         words.append(f"{what} {bound:g} on {noise.slice} is below its minimum detectable difference "
                      f"({noise.mdd:.3f} {noise.metric} at {POWER:.0%} power): inside the noise; it allows "
-                     f"{losses} {'query' if losses == 1 else 'queries'} to lose a hit")
+                     f"{losses} {'query' if losses == 1 else 'queries'} to lose a hit; {noise.slice}: "
+                     f"{noise.queries} queries resolve {noise.mdd:.2f}, "
+                     + (f"{needed:,} would resolve {bound:g}" if needed else f"no golden set of at most "
+                        f"{MOST_QUERIES:,} would resolve {bound:g}"))
     return words

@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from scipy import stats  # in requirements.lock (pytrec-eval-terrier's): an independent reference here
 
-from rqsweep.noise import (POWER, SliceNoise, bound_warnings, minimum_detectable_difference, slice_noise,
-                           t_quantile)
+from rqsweep.noise import (MOST_QUERIES, POWER, SliceNoise, bound_warnings, minimum_detectable_difference,
+                           queries_needed, slice_noise, t_quantile)
 
 # Per-query MRR differences as a sweep makes them: most queries unmoved, some up or down by a rank or a hit.
 SUPPORT = np.array([-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0])
@@ -79,7 +79,7 @@ def test_a_bound_below_one_query_or_the_mdd_is_said_so():
     semantic = SliceNoise("semantic", "mrr", 18, 40, 0.26, 0.17)
     (words,) = bound_warnings(0.10, semantic, "max_drop")
     assert "below its minimum detectable difference (0.170 mrr at 80% power)" in words
-    assert words.endswith("it allows 1 query to lose a hit")
+    assert words.endswith("it allows 1 query to lose a hit; semantic: 18 queries resolve 0.17, 56 would resolve 0.1")
     below_one, inside = bound_warnings(0.02, SliceNoise("entity", "mrr", 40, 9, 0.2, 0.09), "tolerance")
     assert "below one query's worth (1/40 = 0.025)" in below_one and "allows 0 queries" in inside
     assert bound_warnings(0.2, semantic, "max_drop") == []
@@ -90,6 +90,30 @@ def test_a_bound_exactly_on_one_querys_worth_or_the_mdd_is_not_warned():
     # that a paired test sizes, sits at the noise, not inside it.
     assert bound_warnings(0.05, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.05), "max_drop") == []
     (words,) = bound_warnings(0.05, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.0501), "max_drop")
-    assert "below its minimum detectable difference" in words and words.endswith("allows 1 query to lose a hit")
+    assert "below its minimum detectable difference" in words and "allows 1 query to lose a hit;" in words
     (words,) = bound_warnings(0.0499, SliceNoise("entity", "mrr", 20, 9, 0.1, 0.01), "max_drop")
     assert "below one query's worth (1/20 = 0.050)" in words
+
+
+@pytest.mark.parametrize("bound", [0.05, 0.10, 0.2])
+def test_queries_needed_gives_a_paired_t_test_its_power_at_the_bound_and_one_fewer_does_not(bound):
+    """Simulated paired t-tests of a true difference equal to the bound: at the queries needed the test detects it
+    with POWER (within MARGIN), and the figure is the fewest: one query fewer has an MDD above the bound."""
+    rng = np.random.default_rng(7)
+    mean = (PROBS * SUPPORT).sum()
+    sd = math.sqrt((PROBS * SUPPORT ** 2).sum() - mean ** 2)
+    n = queries_needed(sd, bound)
+    assert minimum_detectable_difference(sd, n) <= bound < minimum_detectable_difference(sd, n - 1)
+    d = rng.choice(SUPPORT, size=(20_000, n), p=PROBS) - mean + bound
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    assert (np.abs(t) > stats.t.ppf(0.975, n - 1)).mean() == pytest.approx(POWER, abs=MARGIN)
+
+
+def test_queries_needed_at_its_edges():
+    assert queries_needed(None, 0.1) is None and queries_needed(0.3, 0.0) is None
+    assert queries_needed(0.0, 0.1) == 2  # no spread: two queries size anything
+    mdd_at_40 = minimum_detectable_difference(0.3, 40)
+    assert queries_needed(0.3, mdd_at_40) == 40  # a bound exactly on the MDD of 40 queries: 40 resolve it
+    assert queries_needed(0.3, float(np.nextafter(mdd_at_40, 0))) == 41
+    assert queries_needed(1.0, 1e-6) is None  # more than MOST_QUERIES
+    assert queries_needed(1.0, 2.9 / math.sqrt(MOST_QUERIES)) <= MOST_QUERIES

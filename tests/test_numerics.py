@@ -78,5 +78,31 @@ def test_the_handbook_decides_the_same_under_both_erffs_and_its_gate_passes_acro
         pl.col("numeric_sensitive").sum().alias("n"), pl.len().alias("all")).collect().row(0)
     assert f"{flagged[0]:,} of {flagged[1]:,} (setting, query) cells are numerically sensitive" in (
         libc_dir / "report.md").read_text() and flagged[0] > 0
+    # The report's queries needed for semantic's MRR max_drop, recomputed from queries.parquet: the spread of the
+    # per-query differences from the baseline over the settings that move the slice, then the paired t-test's
+    # power equation solved for n.
+    assert _queries_needed_row(libc_dir, "semantic", "max_drop of MRR") == _queries_needed_from_parquet(
+        libc_dir, "semantic", libc["baseline"]["setting_id"], 0.10)
     # Each machine's vectors have their own cache files: one shared cache never mixes them.
     assert len(list(cache.glob("*.sqlite3"))) == 2
+
+
+def _queries_needed_row(run_dir: Path, slice_: str, bound: str) -> int:
+    (line,) = [line for line in (run_dir / "report.md").read_text().splitlines()
+               if line.startswith(f"| {slice_} ") and f"| {bound} " in line]
+    return int(line.strip("| ").split("|")[-1])
+
+
+def _queries_needed_from_parquet(run_dir: Path, slice_: str, baseline: str, bound: float) -> int:
+    from scipy import stats  # in requirements.lock: an independent reference here
+
+    rows = pl.read_parquet(run_dir / "queries.parquet").filter((pl.col("slice") == slice_) & pl.col("error").is_null())
+    base = rows.filter(pl.col("setting_id") == baseline).select("query_id", pl.col("mrr").alias("b"))
+    d = rows.filter(pl.col("setting_id") != baseline).join(base, on="query_id").with_columns(
+        (pl.col("mrr") - pl.col("b")).alias("d"))
+    moving = d.group_by("setting_id").agg(pl.col("d").var().alias("v"), (pl.col("d") != 0).any().alias("moves"))
+    sd = moving.filter("moves")["v"].mean() ** 0.5
+    n = 2
+    while (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / n ** 0.5 > bound:
+        n += 1
+    return n

@@ -43,6 +43,34 @@ def constraint_warnings(run: RunFolder, noise: dict[tuple[str, str], SliceNoise]
     return words
 
 
+def judged_bounds(run: RunFolder) -> list[tuple[str, str, str, float]]:
+    """(what, slice, metric, bound) of every difference the run judges: each constraint's max_drop on each slice
+    it covers, and the observed change (in sample, from the baseline) by the chosen setting on each slice and by
+    each routed slice's setting on its slice."""
+    out = [(f"max_drop of {metric_label(c.metric)}", s, c.metric, c.max_drop) for c in run.constraints
+           if c.max_drop is not None for s in constraint_slices(c, run.slices[:-1])]
+    metric = run.objective[0]
+    base = run.slice_rows(run.baseline)
+    decision = run.record.decision if isinstance(run.record.decision, dict) else {}
+    chosen = run.best not in (None, run.baseline)
+    gains = [("change by the chosen setting", run.best, s) for s in run.slices] if chosen else []
+    gains += [(f"change by {s}'s route", r["setting_id"], s) for s, r in (decision.get("routes") or {}).items()]
+    for what, setting, s in gains:
+        value, before = run.slice_rows(setting).get(s, {}).get(metric), base.get(s, {}).get(metric)
+        if value is not None and before is not None and abs(value - before) > 0:
+            out.append((what, s, metric, abs(value - before)))
+    return out
+
+
+def needed_table(noise: dict[tuple[str, str], SliceNoise], bounds: list[tuple[str, str, str, float]]) -> pl.DataFrame:
+    """Per judged bound: the slice's queries and MDD now, and the queries at which the bound is the MDD."""
+    rows = [{"slice": s, "bound": what, "value": value, "queries": n.queries, "MDD": n.mdd,
+             "queries needed": n.needed(value)}
+            for what, s, metric, value in bounds if (n := noise.get((s, metric))) is not None]
+    return pl.DataFrame(rows, schema={"slice": pl.String, "bound": pl.String, "value": pl.Float64,
+                                      "queries": pl.Int64, "MDD": pl.Float64, "queries needed": pl.Int64})
+
+
 def noise_blocks(run: RunFolder, figures: Sequence[SliceNoise] | None = None) -> list[Block]:
     metrics = noise_metrics(run)
     noise = run_noise(run, metrics, figures)
@@ -66,6 +94,13 @@ def noise_blocks(run: RunFolder, figures: Sequence[SliceNoise] | None = None) ->
     if rows:
         blocks.append(Table(pl.DataFrame(rows, schema_overrides={c: pl.Float64 for c in rows[0] if "MDD" in c}),
                             note="MDD –: no setting moves the slice, so there is no change to size."))
+    needed = needed_table(noise, judged_bounds(run))
+    if needed.height:
+        blocks += [Paragraph(
+            f"Queries needed: for each difference this run judges, the fewest queries of its slice at which it is "
+            f"the MDD or more (the same paired t-test, α {ALPHA:g}, power {POWER:.0%}, and this run's spread of the "
+            f"slice: Sakai's topic-set-size design with the grid as its pilot)."),
+            Table(needed, note="queries needed –: no setting moves the slice, or more than ten million.")]
     if warnings:
         blocks += [Paragraph("Warnings on this run's constraints:")] + [Paragraph(f"- {w}.") for w in warnings]
     else:
