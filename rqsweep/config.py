@@ -204,10 +204,12 @@ class Objective:
 
 @dataclass(frozen=True)
 class Validation:
-    """k-fold cross-validation over queries, stratified by slice (`validation:`), on the evaluated grid."""
+    """k-fold cross-validation over queries, stratified by slice (`validation:`), on the evaluated grid; with
+    `group: expected`, the queries that share an expected key stay in one fold (paraphrases of one answer)."""
 
     folds: int = 5
     seed: int = 0
+    group: str | None = None
 
 
 def read_validation(value: object, file: Path) -> Validation | None:
@@ -219,11 +221,13 @@ def read_validation(value: object, file: Path) -> Validation | None:
         return Validation()
     if value is False:
         return None
-    sec = Section(value, file, "validation").only("folds", "seed")
+    sec = Section(value, file, "validation").only("folds", "seed", "group")
     folds = sec.get("folds", int, Validation.folds, lambda v: v == 0 or v >= 2,
                     "must be >= 2 (or 0 for no cross-validation)")
     seed = sec.get("seed", int, Validation.seed, lambda v: v >= 0, "must be >= 0")
-    return Validation(folds, seed) if folds else None
+    group = sec.get("group", str, "query", lambda v: v in ("query", "expected"),
+                    "must be query (each query on its own) or expected (queries sharing an expected key together)")
+    return Validation(folds, seed, None if group == "query" else group) if folds else None
 
 
 @dataclass(frozen=True)

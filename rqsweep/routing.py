@@ -81,6 +81,10 @@ class Routing:
     paired: np.ndarray
     rerouted: np.ndarray  # per query: its fold's routing sent its slice elsewhere than the fold's global setting
     unsettled: np.ndarray  # per query: numerically sensitive at the baseline, its fold's global or its route
+    groups: np.ndarray | None  # per query, the group the intervals resample whole (`FoldSums.group_of`); None: alone
+
+    def groups_of(self, members: np.ndarray) -> np.ndarray | None:
+        return None if self.groups is None else self.groups[members]
 
     def members(self, slice_: str) -> np.ndarray:
         slices = np.array(self.slice_of)
@@ -100,11 +104,12 @@ class Routing:
         held_out = {}
         for s in [*self.routes, OVERALL]:
             m = self.members(s)
+            g = self.groups_of(m)
             n, base, global_, routed = self.held_out(s)
             held_out[s] = {"queries": n, "baseline": base, "global": global_, "routing": routed,
-                           "global_gain": _interval(self.global_values[m] - self.baseline_values[m]),
-                           "routing_gain": _interval(self.routed_values[m] - self.baseline_values[m]),
-                           "routing_over_global": _interval(self.routed_values[m] - self.global_values[m])}
+                           "global_gain": _interval(self.global_values[m] - self.baseline_values[m], g),
+                           "routing_gain": _interval(self.routed_values[m] - self.baseline_values[m], g),
+                           "routing_over_global": _interval(self.routed_values[m] - self.global_values[m], g)}
         metric, objective_slice = self.objective
         return {
             "rqsweep_routing": ROUTING_FORMAT, "run_id": run_id,
@@ -116,7 +121,8 @@ class Routing:
                                                         "folds_compared": r.folds_compared,
                                                         "held_out_gain": r.guard_gain}}
                        for s, r in self.routes.items()},
-            "held_out": {"folds": self.folds, "seed": self.seed, "confidence": 1 - ALPHA,
+            "held_out": {"folds": self.folds, "seed": self.seed, "grouped_by": "query" if self.groups is None else
+                         "expected", "confidence": 1 - ALPHA,
                          "bootstrap_resamples": ROUNDS, "fold_globals": list(self.fold_globals),
                          "fold_routes": [dict(r) for r in self.fold_routes], "slices": held_out},
         }
@@ -132,8 +138,8 @@ def _fold_sum(a: np.ndarray, folds: tuple[int, ...]) -> np.ndarray:
     return total
 
 
-def _interval(d: np.ndarray) -> dict:
-    test = paired_test(d)
+def _interval(d: np.ndarray, groups: np.ndarray | None) -> dict:
+    test = paired_test(d, groups=groups)
     return {"mean": test.mean_difference, "ci": [test.ci_low, test.ci_high], "p_value": test.p_value}
 
 
@@ -246,4 +252,5 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     return Routing(objective, baseline, sums.folds, sums.seed, global_setting, routes, fold_globals, fold_routes,
                    list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
                    values[0, routed_at, columns], paired, routed_at != global_at,
-                   sensitive[base_at, columns] | sensitive[global_at, columns] | sensitive[routed_at, columns])
+                   sensitive[base_at, columns] | sensitive[global_at, columns] | sensitive[routed_at, columns],
+                   sums.group_of)

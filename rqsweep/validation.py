@@ -9,6 +9,12 @@ without it. No search is repeated: the per-query table holds every setting's val
 Folds are stratified by slice: each slice's queries, shuffled with the seed, are dealt round the
 folds in turn, the deal carrying on from one slice to the next, so every fold holds each slice in
 proportion and the folds' sizes differ by at most one query.
+
+Grouped (`validation: {group: expected}`): queries that share an expected key (directly or through another
+query) form a group, and a group is dealt whole, so that no fold's choice is tuned on a paraphrase of a query it
+is scored on. Each slice's groups (a group's slice is its first query's), shuffled with the seed, go one by one to
+the fold that holds the fewest queries so far (the lowest on a tie). The bootstrap intervals and permutation tests
+on the held-out queries then resample and flip whole groups (`significance.paired_test`).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class CrossValidation:
     choices: tuple[str | None, ...]  # per fold, the best feasible setting on its training part (None: none)
     held_out_queries: tuple[int, ...]  # per fold
     gains: dict[str, dict[str, Gain]]  # slice (overall last) -> metric -> figures
+    grouped_by: str = "query"  # what a fold keeps together: each query alone, or the queries of an expected key
 
     def applied(self) -> list[str]:
         """Per fold, the setting its held-out queries were scored with: its choice, else the baseline."""
@@ -70,7 +77,7 @@ class CrossValidation:
         """The figures as plain values, for run.json."""
         setting, agreeing = self.agreement()
         return {
-            "folds": self.folds, "seed": self.seed, "stratified_by": "slice",
+            "folds": self.folds, "seed": self.seed, "stratified_by": "slice", "grouped_by": self.grouped_by,
             "objective": {"metric": self.objective[0], "slice": self.objective[1]},
             "baseline": self.baseline, "in_sample_best": self.in_sample_best, "fold_choices": list(self.choices),
             "held_out_queries": list(self.held_out_queries),
@@ -88,19 +95,58 @@ class CrossValidation:
                    data["baseline"], data["in_sample_best"], tuple(data["fold_choices"]),
                    tuple(data["held_out_queries"]),
                    {s: {m: Gain(g["queries"], g["baseline"], g["held_out"], g["in_sample"]) for m, g in by.items()}
-                    for s, by in data["gains"].items()})
+                    for s, by in data["gains"].items()}, data.get("grouped_by", "query"))
 
 
-def assign_folds(queries: pl.DataFrame, folds: int, seed: int) -> dict[str, int]:
-    """query_id -> fold (0-based), stratified by slice; `queries` has one row per query (query_id, slice)."""
+def assign_folds(queries: pl.DataFrame, folds: int, seed: int, groups: dict[str, int] | None = None) -> dict[str, int]:
+    """query_id -> fold (0-based), stratified by slice; `queries` has one row per query (query_id, slice).
+    `groups` (query_id -> group, `expected_groups`): each group's queries dealt to one fold."""
     rng = np.random.default_rng(seed)
     out: dict[str, int] = {}
-    dealt = 0
-    for (_,), group in queries.sort("slice", "query_id").group_by("slice", maintain_order=True):
-        for query_id in rng.permutation(group["query_id"].to_numpy()):
-            out[str(query_id)] = dealt % folds
-            dealt += 1
+    ordered = queries.sort("slice", "query_id")
+    if groups is None:
+        dealt = 0
+        for (_,), group in ordered.group_by("slice", maintain_order=True):
+            for query_id in rng.permutation(group["query_id"].to_numpy()):
+                out[str(query_id)] = dealt % folds
+                dealt += 1
+        return out
+    members: dict[int, list[str]] = {}
+    home: dict[int, str] = {}
+    for query_id, slice_ in ordered.sort("query_id").select("query_id", "slice").iter_rows():
+        members.setdefault(groups[query_id], []).append(query_id)
+        home.setdefault(groups[query_id], slice_)
+    sizes = [0] * folds
+    for slice_ in sorted(set(home.values())):
+        for g in rng.permutation(np.array(sorted(g for g, s in home.items() if s == slice_), dtype=np.int64)):
+            fold = sizes.index(min(sizes))
+            out.update((query_id, fold) for query_id in members[int(g)])
+            sizes[fold] += len(members[int(g)])
     return out
+
+
+def expected_groups(queries: pl.DataFrame) -> dict[str, int]:
+    """query_id -> group: the queries linked by sharing an expected key, directly or through others (`queries`:
+    query_id and its `expected` keys). Groups are numbered in the order of their first query id."""
+    parent: dict[str, str] = {}
+
+    def root(q: str) -> str:
+        while parent[q] != q:
+            parent[q] = parent[parent[q]]
+            q = parent[q]
+        return q
+
+    owner: dict[str, str] = {}
+    for query_id, keys in queries.sort("query_id").select("query_id", "expected").iter_rows():
+        parent.setdefault(query_id, query_id)
+        for key in keys or ():
+            if key in owner:
+                a, b = sorted((root(owner[key]), root(query_id)))
+                parent[b] = a
+            else:
+                owner[key] = query_id
+    numbers: dict[str, int] = {}
+    return {q: numbers.setdefault(root(q), len(numbers)) for q in sorted(parent)}
 
 
 def matrices(rows: pl.DataFrame, order: Sequence[str], query_ids: list[str],
@@ -148,11 +194,15 @@ class FoldSums:
     def __init__(self, queries: pl.DataFrame, slices: Sequence[str], metrics: Sequence[str], settings: Validation,
                  capacity: int):
         """`capacity`: how many settings will be added (the arrays are made once, at that size)."""
+        groups = expected_groups(queries) if settings.group == "expected" else None
         queries = queries.select("query_id", "slice").sort("slice", "query_id")
         self.folds = min(settings.folds, queries.height)
         self.seed, self.slices, self.metrics = settings.seed, list(slices), list(metrics)
+        self.grouped_by = settings.group or "query"
         self.query_ids = queries["query_id"].to_list()
-        fold_of = assign_folds(queries, max(self.folds, 1), settings.seed)
+        # Per query, the group a bootstrap resamples and a permutation flips whole; None: each query alone.
+        self.group_of = None if groups is None else np.array([groups[q] for q in self.query_ids], dtype=np.int64)
+        fold_of = assign_folds(queries, max(self.folds, 1), settings.seed, groups)
         self.fold = np.array([fold_of[q] for q in self.query_ids], dtype=np.int64)
         self.slice_of = np.array([self.slices.index(s) for s in queries["slice"].to_list()], dtype=np.int64)
         # The queries of each (fold, slice) cell.
@@ -267,7 +317,7 @@ def cross_validate(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame],
                  (_means((v * member).sum(axis=1), (o & member).sum()) for v, o in (baseline_row, held_out, best))]
         gains[s] = {m: Gain(int(member.sum()), means[0][k], means[1][k], means[2][k]) for k, m in enumerate(metrics)}
     return CrossValidation(folds, sums.seed, objective, baseline, in_sample_best, choices,
-                           tuple(int(n) for n in members.sum(axis=1)), gains)
+                           tuple(int(n) for n in members.sum(axis=1)), gains, sums.grouped_by)
 
 
 def summary_lines(cv: CrossValidation, metric_label: str | None = None) -> list[str]:
@@ -279,7 +329,9 @@ def summary_lines(cv: CrossValidation, metric_label: str | None = None) -> list[
     metric, objective_slice = cv.objective
     gain = cv.gains[objective_slice][metric]
     setting, agreeing = cv.agreement()
-    lines = [f"Held-out gain ({cv.folds}-fold CV, stratified by slice): {objective_slice} {metric_label or metric} "
+    grouped = ", grouped by expected key" if cv.grouped_by == "expected" else ""
+    lines = [f"Held-out gain ({cv.folds}-fold CV, stratified by slice{grouped}): {objective_slice} "
+             f"{metric_label or metric} "
              f"{_signed(gain.held_out_gain)} (in-sample {_signed(gain.in_sample_gain)}); "
              f"folds agree on the setting {agreeing} of {cv.folds}"]
     in_sample = cv.in_sample_best or cv.baseline

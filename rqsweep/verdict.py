@@ -95,7 +95,8 @@ def decide(best: str | None, baseline: str, routing: Routing | None, kept: Routi
         return _with_routing(Verdict(baseline, baseline, False, routing is not None, None, why, None, None), kept)
     if routing is not None:
         m = _settled(routing)
-        gain, where = paired_test(routing.global_values[m] - routing.baseline_values[m]), "held out"
+        gain, where = paired_test(routing.global_values[m] - routing.baseline_values[m],
+                                  groups=routing.groups_of(m)), "held out"
         left_out = int((routing.members(OVERALL) & routing.unsettled).sum())
         how = (f"{routing.folds}-fold cross-validation"
                + (f"; {left_out} numerically sensitive queries left out" if left_out else ""))
@@ -127,7 +128,7 @@ def _with_routing(verdict: Verdict, routing: Routing | None) -> Verdict:
     if routing is None or not any(r.routed for r in routing.routes.values()):
         return replace(verdict, applied=routing)
     m = _settled(routing)
-    gain = paired_test(routing.routed_values[m] - routing.baseline_values[m])
+    gain = paired_test(routing.routed_values[m] - routing.baseline_values[m], groups=routing.groups_of(m))
     routes = {s: r.setting for s, r in routing.routes.items() if r.routed} if gain.ci_low > 0 else None
     return replace(verdict, routes=routes, routing_gain=gain, applied=routing)
 

@@ -228,3 +228,75 @@ def test_a_held_out_gain_above_the_in_sample_one_says_why(held_out, says_why):
     assert lines[0].endswith("folds agree on the setting 1 of 2")
     assert any("above the in-sample one because the folds did not all make the in-sample choice" in line
                for line in lines) is says_why
+
+
+def paraphrases(groups: int, size: int = 2) -> pl.DataFrame:
+    """`groups` groups of `size` queries, the queries of a group paraphrases of one answer (one expected key),
+    slices alternating by group."""
+    return pl.DataFrame([{"query_id": f"q{p:03d}{i}", "slice": "ab"[p % 2], "expected": [f"key-{p}"]}
+                         for p in range(groups) for i in range(size)])
+
+
+def test_grouped_folds_never_split_the_queries_of_an_expected_key():
+    from rqsweep.validation import expected_groups
+
+    queries = paraphrases(30)
+    # Two pairs joined through a third key: q0000 and q0010 both also expect `shared`, so four queries are one group.
+    queries = queries.with_columns(pl.when(pl.col("query_id").is_in(["q0000", "q0010"]))
+                                   .then(pl.col("expected").list.concat(pl.lit(["shared"])))
+                                   .otherwise(pl.col("expected")).alias("expected"))
+    groups = expected_groups(queries)
+    assert groups["q0000"] == groups["q0001"] == groups["q0010"] == groups["q0011"] != groups["q0020"]
+    folds = assign_folds(queries, 5, seed=3, groups=groups)
+    for g in set(groups.values()):
+        assert len({folds[q] for q, h in groups.items() if h == g}) == 1
+    sizes = sorted(Counter(folds.values()).values())
+    assert sum(sizes) == 60 and sizes[-1] - sizes[0] <= 2  # whole groups of 2: near-equal folds
+    assert assign_folds(queries, 5, seed=3) != folds  # ungrouped deals queries, and splits pairs
+
+
+def test_a_paraphrase_split_across_folds_inflates_the_ungrouped_held_out_gain():
+    """A leak made on purpose: 8 groups of 10 paraphrases, 200 settings whose values are pure noise shared by a
+    group's queries (paraphrases rank alike), the baseline at 0.5. No setting is better than the baseline on every
+    group, but a fold's choice tuned on some paraphrases scores well on the others: ungrouped, the held-out gain is
+    inflated; grouped by expected key, it is not."""
+    queries = paraphrases(8, 10)
+    rng = np.random.default_rng(2)
+    settings = [f"k{k}_moff_h0.0" for k in range(1, 201)]
+    values = {B: {"mrr": {q: 0.5 for q in queries["query_id"]}}}
+    for sid in settings:
+        by_group = rng.choice([0.0, 1.0], size=8)
+        assert by_group.mean() < 1  # no setting is truly better everywhere
+        values[sid] = {"mrr": {q: float(by_group[int(q[1:4])]) for q in queries["query_id"]}}
+    rows = per_query(queries, values)
+    order = [B, *settings]
+
+    def held_out(group: str | None) -> float:
+        sums = FoldSums(queries, ["a", "b"], ["mrr"], Validation(5, 0, group), len(order))
+        for _, chunk in rows.group_by("setting_id", maintain_order=True):
+            sums.add(chunk)
+        cv = cross_validate(sums, lambda ids: rows.filter(pl.col("setting_id").is_in(ids)), B, ("mrr", OVERALL), [])
+        assert cv.grouped_by == (group or "query")
+        return cv.gains[OVERALL]["mrr"].held_out_gain
+
+    ungrouped, grouped = held_out(None), held_out("expected")
+    assert ungrouped > 0.3 and grouped <= 0.0
+
+
+def test_a_grouped_test_counts_a_group_once():
+    from rqsweep.significance import paired_test
+
+    # Ten queries gain 0.1, but they are two groups of five paraphrases: two observations, whose signs flip to
+    # a mean as large in 2 of their 4 labellings.
+    d = np.full(10, 0.1)
+    alone, grouped = paired_test(d), paired_test(d, groups=np.repeat([0, 1], 5))
+    assert alone.p_value < 0.01 and grouped.p_value == pytest.approx(0.5, abs=0.02)
+    assert grouped.mean_difference == alone.mean_difference
+
+
+def test_validation_group_must_be_query_or_expected(tmp_path):
+    config = write_job(tmp_path / "job", validation={"folds": 5, "group": "answer"})
+    with pytest.raises(InputError, match=r"validation\.group.*'answer'.*query.*expected"):
+        load_config(config, BACKENDS)
+    grouped = load_config(write_job(tmp_path / "ok", validation={"group": "expected"}), BACKENDS).validation
+    assert grouped == Validation(5, 0, "expected")

@@ -24,7 +24,7 @@ def routing(global_gain: list[float], routed_gain: list[float], rerouted: list[b
                    (g,) * 5, ({"a": g, "b": OWN},) * 5, [f"q{i}" for i in range(n)],
                    ["a"] * (n // 2) + ["b"] * (n - n // 2), base, base + np.array(global_gain),
                    base + np.array(routed_gain), np.ones(n, bool), np.array(rerouted),
-                   np.zeros(n, bool) if unsettled is None else np.array(unsettled))
+                   np.zeros(n, bool) if unsettled is None else np.array(unsettled), None)
 
 
 def test_a_gain_significant_held_out_changes_the_setting_and_one_that_is_not_keeps_the_baseline():

@@ -71,7 +71,9 @@ def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
         Paragraph(" ".join(summary_lines(cv, metric_label(run.objective[0]))[1:]).strip() + "."),
         Table(gain_table(cv), note=(
             f"The queries are split into {cv.folds} folds (seed {cv.seed}), each holding every slice's queries in "
-            f"proportion. Each fold's setting is picked on the other {others} folds' queries by the run's own "
+            f"proportion" + (", the queries that share an expected key always in one fold (`group: expected`), "
+                             "and the intervals resample such groups whole" if cv.grouped_by == "expected" else "")
+            + f". Each fold's setting is picked on the other {others} folds' queries by the run's own "
             f"rule (the constraints checked against the baseline on those queries), then scored on the fold's "
             f"queries; a fold with no feasible setting keeps the baseline. Δ held-out: every query scored by "
             f"the setting chosen without it, minus the baseline. Δ in-sample: the best setting on all queries, "
