@@ -8,7 +8,7 @@ stacking the plans included in every pass, though the job stacks them once per r
 (workers=1); its (setting x query) evaluations per second are compared with the reference path measured
 in the same run, over all queries and over only the queries whose expected item is a candidate (the fast
 path returns at once for the others), and the two paths' ranks are checked to be identical on every pair
-the reference evaluated. Ends with the markdown tables of benchmarks/README.md.
+the reference evaluated. Ends with the markdown tables benchmarks/HISTORY.md records.
 """
 
 from __future__ import annotations

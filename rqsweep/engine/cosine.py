@@ -47,7 +47,7 @@ _HALFWAY_BITS = np.int64(1 << 28)
 # `cosine_top_many`: a query with at most 1/_SPARSE_SHARE of its dimensions non-zero (the feature hash's) reads
 # only those columns; denser ones share a float32 matrix product with their block, sized to about
 # _ESTIMATE_CELLS estimates at once (128 MiB): with fewer queries a block the product reads the whole matrix for too
-# few of them (benchmarks/README, "Blocks four times as large": 2^23 against 2^25 in candidates.py and growth.py).
+# few of them (benchmarks/HISTORY.md, "Blocks four times as large": 2^23 against 2^25 in candidates.py and growth.py).
 _SPARSE_SHARE = 8
 _ESTIMATE_CELLS = 1 << 25
 
