@@ -377,6 +377,7 @@ class JobConfig:
     workers: WorkersConfig
     output_dir: Path
     validation: Validation | None = Validation()
+    holdout: float | None = None  # `holdout: {fraction: F}`: the share of queries never chosen on (`rqsweep.holdout`)
     golden_rules: GoldenRules = GoldenRules()
     corpus_files: CorpusFiles = CorpusFiles()
     relevance_level: int = 1  # binary metrics count an expected item graded at least this (pytrec_eval's default)
@@ -638,7 +639,7 @@ def load_config(path: Path, backends: Mapping[str, BackendReader]) -> JobConfig:
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
         "objective", "constraints", "metrics", "workers", "output_dir", "validation", "relevance_level",
-        "ranked",
+        "ranked", "holdout",
     )
     base = path.parent
     corpus, corpus_files = _corpus(top, base)
@@ -674,6 +675,8 @@ def load_config(path: Path, backends: Mapping[str, BackendReader]) -> JobConfig:
         workers=_workers(top),
         output_dir=(base / out).resolve(),
         validation=read_validation(top.data.get("validation"), path),
+        holdout=None if top.data.get("holdout") is None else top.section("holdout", {}).only("fraction").get(
+            "fraction", (int, float), check=lambda v: 0 < v < 1, rule="must be above 0 and below 1"),
         golden_rules=golden_rules,
         corpus_files=corpus_files,
         relevance_level=top.get("relevance_level", int, 1, lambda v: v >= 1, "must be an integer grade >= 1"),

@@ -15,6 +15,7 @@ from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
+from rqsweep.golden.split import split_holdout
 from rqsweep.space import refuse_without_data
 
 
@@ -25,6 +26,14 @@ class Inputs:
     corpus: Corpus
     corpus_sha256: str | None  # of the corpus's content (Corpus.sha256), when it is not inline in the golden set
     metrics: tuple[str, ...]  # what the run computes: the config's `metrics:`, plus what objective and constraints use
+    holdout: GoldenSet | None = None  # `holdout:`'s queries, taken out of `golden` (`rqsweep.holdout`)
+
+    @property
+    def searched(self) -> GoldenSet:
+        """Every query the backend searches: the golden set's, and the holdout's, which the run checks at its end."""
+        if self.holdout is None:
+            return self.golden
+        return replace(self.golden, queries=(*self.golden.queries, *self.holdout.queries))
 
     @property
     def sha256(self) -> str:
@@ -122,7 +131,14 @@ def load_inputs(config_path: Path, log: Callable[[str], None] = lambda message: 
         raise InputError(config.path, "objective.slice",
                          f"{shown(config.objective.slice)}: no such slice in {golden.path.name} "
                          f"(slices: {', '.join(golden.slices)}, or {OVERALL})")
-    return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names)
+    holdout = None
+    if config.holdout is not None:
+        golden, holdout = split_holdout(golden, config.holdout)
+        if not golden.queries or not holdout.queries:
+            raise InputError(config.path, "holdout.fraction", f"{config.holdout:g}: leaves "
+                             f"{'no query to choose on' if not golden.queries else 'no query in the holdout'} "
+                             f"among {len(golden.queries) + len(holdout.queries)}")
+    return Inputs(config, golden, corpus or golden.corpus, corpus_sha256, names, holdout)
 
 
 def with_study(inputs: Inputs, n_trials: int | None, storage: str | None) -> Inputs:

@@ -45,7 +45,8 @@ from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
 from rqsweep.study import StudyStorage, study_name
 from rqsweep.trials import gathered, joined_study, outcome_attrs
 from rqsweep.validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
-from rqsweep.verdict import decide, in_sample_rows, numeric_range
+from rqsweep.holdout import figures, key_of, lines as holdout_lines, reads
+from rqsweep.verdict import Verdict, decide, in_sample_rows, numeric_range
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Sweep:
         if not todo:
             return pl.DataFrame(schema=OUTCOME_SCHEMA)
         started = time.monotonic()
-        rows = self.backend.evaluate(todo)
+        rows = self.chosen_on(self.backend.evaluate(todo))
         self.searching += time.monotonic() - started
         part = self.state.record(rows)
         if self._queries is not None and part is not None:
@@ -137,6 +138,24 @@ class Sweep:
                 self._scores.append(scores)
             self._streamed.append(part)
         return rows
+
+    def holdout_figures(self, verdict: Verdict, run_dir: Path) -> dict | None:
+        """run.json's `holdout`: the verdict's setting and routing table read once on the locked holdout, searched
+        now (`rqsweep.holdout`); None without one."""
+        holdout = self.inputs.holdout
+        if holdout is None:
+            return None
+        routes = verdict.routes or {}
+        settings = [Knobs.from_id(s) for s in dict.fromkeys([self.baseline_id, verdict.setting, *routes.values()])]
+        rows = self.backend.evaluate(settings).filter(pl.col("query_id").is_in([q.id for q in holdout.queries]))
+        key = key_of(holdout)
+        return figures(rows, holdout, self.baseline_id, verdict.setting, routes, self.config.objective.metric,
+                       self.config.relevance_level, key, self.config.holdout, reads(run_dir, key))
+
+    def chosen_on(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """The backend's rows of the queries a run chooses on: a locked holdout's are dropped before anything sees
+        them (`rqsweep.holdout`)."""
+        return rows if self.inputs.holdout is None else rows.filter(pl.col("query_id").is_in(self.query_ids))
 
     def scored_parts(self, rows: pl.DataFrame) -> Iterator[tuple[pl.DataFrame, Scores]]:
         """Some settings' rows (every query of each) as queries.parquet's rows, and what the end needs of them, a row
@@ -351,7 +370,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     try:
         # A study's database first: one that cannot be reached stops the run before the index is built.
         storage = StudyStorage(config.sweep.storage, None) if config.sweep.storage else None
-        backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
+        backend = build_backend(config, inputs.searched, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
                                 advance=progress.part, phase=progress.phase)
     except BaseException:
@@ -387,13 +406,16 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
                          in_sample_rows(run_dir / QUERIES, done.best, sweep.baseline_id, metric), metric, label)
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}
+        extremes = backend.numeric_extremes(named[verdict.setting])
         decision = verdict.as_json(label, numeric_range(
-            backend.numeric_extremes(named[verdict.setting]), sweep.scored,
+            None if extremes is None else tuple(map(sweep.chosen_on, extremes)), sweep.scored,
             done.grid.filter(pl.col("setting_id") == verdict.setting), inputs.metrics))
-        ranked = {sid: backend.ranked(knobs) for sid, knobs in named.items()}
+        holdout = sweep.holdout_figures(verdict, run_dir)
+        ranked = {sid: backend.ranked(knobs, sweep.query_ids) for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
             write_ranked(run_dir, (
-                hits_table({row["setting_id"]: backend.ranked(Knobs.from_columns(row))}, sweep.baseline_id, chosen,
+                hits_table({row["setting_id"]: backend.ranked(Knobs.from_columns(row), sweep.query_ids)},
+                           sweep.baseline_id, chosen,
                            inputs.golden, sweep.stamp)
                 for row in done.settings.iter_rows(named=True)), metadata)
     finally:
@@ -402,7 +424,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
     write_grid(run_dir, done.grid, metadata, None if done.validation is None else done.validation.as_json())
     write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
-    held_out = [*decision["lines"], *([] if done.validation is None else summary_lines(done.validation, label))]
+    held_out = [*decision["lines"], *([] if holdout is None else holdout_lines(holdout, label)),
+                *([] if done.validation is None else summary_lines(done.validation, label))]
     if verdict.applied is not None:
         routing = {**verdict.applied.record(run_id), "decision": decision}
         write_routing(run_dir, routing)
@@ -411,7 +434,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
                         inputs.metrics, done.rejected, named, held_out,
                         knob_ranges(run_dir, done.grid, done.best).warnings())
     scored = time.monotonic()
-    record = replace(record, decision=decision)
+    record = replace(record, decision=decision, holdout=holdout)
     record.write(run_dir)
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
     write_report(run_dir, finished=False, phase=progress.phase, noise=done.noise)
@@ -468,7 +491,7 @@ def work(config_path: Path, storage_url: str, study: str, *, workers: int | None
         attrs = joined_study(storage, study, inputs.sha256, config_path, log=progress.log)
     inputs = with_study(inputs, attrs.get(BUDGET), None)  # the coordinator's budget, which it spends
     with tempfile.TemporaryDirectory(prefix="rqsweep-worker-") as tmp:
-        backend = build_backend(inputs.config, inputs.golden, inputs.corpus, log=progress.log, run_dir=Path(tmp),
+        backend = build_backend(inputs.config, inputs.searched, inputs.corpus, log=progress.log, run_dir=Path(tmp),
                                 workers=inputs.config.workers if workers is None
                                 else replace(inputs.config.workers, n=workers))
         try:

@@ -9,6 +9,7 @@ import polars as pl
 
 from rqsweep.backends.base import describe_profile
 from rqsweep.golden import OVERALL
+from rqsweep.holdout import lines as holdout_lines
 from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
 from rqsweep.noise import SliceNoise
 from rqsweep.report.knob_ranges import knob_range_blocks, knob_ranges
@@ -53,6 +54,8 @@ def _verdict(run: RunFolder) -> list[Block]:
     if not isinstance(decision, dict):
         return []
     blocks: list[Block] = [Paragraph(line) for line in decision["lines"]]
+    if isinstance(run.record.holdout, dict):
+        blocks += [Paragraph(line) for line in holdout_lines(run.record.holdout, metric_label(run.objective[0]))]
     routes = decision.get("routes") or {}
     if routes:
         applied = [{"slice": s, "setting": run.label(routes[s]["setting_id"] if s in routes

@@ -86,6 +86,7 @@ class RunRecord:
     # What to deploy and the test it rests on (`verdict.Verdict.as_json`): written as soon as it is made, so that
     # the run's own report, written before the folder is marked complete, states it.
     decision: dict | None = _start(when="given")
+    holdout: dict | None = _start(when="given")  # the locked holdout's figures and reads (`rqsweep.holdout.figures`)
     # A sweep over several embedders (`embedder_sweep`, which writes its own record's keys): each embedder's run
     # folder, best and counts, and the setting feasible under every embedder with the best worst objective.
     per_embedder: dict | None = _start(when="given")
