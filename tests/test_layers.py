@@ -18,7 +18,7 @@ STEPS = [
     ("rqsweep.metrics",),
     ("rqsweep.inputs", "rqsweep.space", "rqsweep.study", "rqsweep.strategy", "rqsweep.trials", "rqsweep.dry_run",
      "rqsweep.constraints", "rqsweep.validation", "rqsweep.ladder", "rqsweep.routing", "rqsweep.noise",
-     "rqsweep.significance"),
+     "rqsweep.significance", "rqsweep.verdict", "rqsweep.holdout"),
     ("rqsweep.runfolder",),
     ("rqsweep.report", "rqsweep.gate", "rqsweep.gate_significance"),
     ("rqsweep.job", "rqsweep.embedder_sweep"),

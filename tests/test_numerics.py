@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CORRECTLY_ROUNDED_ERFF = "#include <math.h>\nfloat erff(float x) { return (float)erf((double)x); }\n"
 NUMERICS = "from rqsweep.engine.embed.local import platform_numerics; print(platform_numerics())"
+# The README quotes a run on this C library's math (Debian 12's glibc 2.36): there, its block is the run's own lines.
+QUOTED_ON = "glibc-2.36-libm:79a3334d68dc"
+
+
+def quoted() -> list[str]:
+    """The README quick start's quoted output."""
+    start = (ROOT / "README.md").read_text().split("## Quick start", 1)[1]
+    return start.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+
+
+def masked(line: str) -> str:
+    """A line with the figures that vary with the machine's math masked: 4-decimal figures and the count of
+    numerically sensitive queries left out (settings, slices and fold choices stay)."""
+    return re.sub(r"\d+ numerically sensitive", "# numerically sensitive", re.sub(r"[+-]?\d\.\d{4}", "#", line))
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +86,13 @@ def test_the_handbook_decides_the_same_under_both_erffs_and_its_gate_passes_acro
     assert libc["decision"]["routes"] == swapped["decision"]["routes"]
     assert libc_lines[0].split(":")[0] == swapped_lines[0].split(":")[0]
     assert libc_lines[1].split(". Gain")[0] == swapped_lines[1].split(". Gain")[0]
+    # The README's quoted block is this run's first lines: to the letter on the math it was quoted on, with the
+    # figures of the last decimal places masked on any other (the swapped erff's verdict and routing lines too).
+    block = quoted()
+    if libc["server_profile"]["numerics"] == QUOTED_ON:
+        assert libc_lines[: len(block)] == block
+    assert [masked(line) for line in libc_lines[: len(block)]] == [masked(line) for line in block]
+    assert [masked(line) for line in swapped_lines[:2]] == [masked(line) for line in block[:2]]
     # The gate written on one machine's math passes the other's, and says why it judged within the ranges.
     assert "ran the same model on different math" in said and "Gate passed" in said
     # The report counts the numerically sensitive cells of the whole sweep, as queries.parquet holds them.
