@@ -2,14 +2,16 @@
 
 Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
 search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
-status codes. Knob values the server cannot use fall back to the defaults silently, as SOAT's do. Callers are
-authenticated before their request body is read, and bodies over `MAX_BODY_BYTES` are refused unread (413).
-For tests and demos: seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), a
-frozen clock, `--die-after N` searches, and `--old-server`: SOAT v0.28.0, the newest public release, measured
-from outside: pure cosine ranking with `min_score` applied after the top-`limit` cut, `memory_ids`, no `tags`
-filter and no `include_*` flags (unknown fields: 400 with `error.meta.unknownFields`), results without
-`signals` naming the memory `entry_id`; memory containers at `/api/v1/memories {project_id, name}`, entries
-at `/api/v1/memory-entries {memory_id, content, tags: [string]}`; unknown routes: 404 in plain text.
+status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
+"Unknown field(s): a, b" with `error.meta.unknownFields`. Knob values the server cannot use fall back to the
+defaults silently, as SOAT's do. Callers are authenticated before their request body is read, and bodies over
+`MAX_BODY_BYTES` are refused unread (413). For tests and demos: seeded fault injection (500, 429 with
+Retry-After, slow answers, dropped connections), a frozen clock, `--die-after N` searches, and `--old-server`:
+SOAT v0.28.0, the newest public release: pure cosine ranking with `min_score` applied after the top-`limit`
+cut, `memory_ids`, no `tags` filter and no `include_*` flags, results without `signals` naming the memory
+`entry_id`; memory containers at `/api/v1/memories {project_id, name, description?, tags?}`, entries at
+`/api/v1/memory-entries {memory_id, content, tags: [string], duplicate_threshold?}` (the near-duplicate
+threshold is each entry's, default 0.95); unknown routes: 404 in plain text.
 
 The stdlib's ThreadingHTTPServer is enough here: the work per request is the engine's, not the server's,
 and it keeps the test suite free of another dependency.
@@ -45,13 +47,31 @@ from rqsweep.golden import load_golden
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, KNOBS, Knobs
-from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
+from rqsweep.soat_store import DUPLICATE_THRESHOLD, Filters, Found, SoatStore, frozen_clock, system_clock
 from rqsweep.progress import Progress
 
 MODERN_FIELDS = {"project_id", "query", "limit", *KNOBS, "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
+_DOCUMENT_FIELDS = {"project_id", "content", "path", "title", "tags", "metadata", "chunk_strategy", "chunk_size",
+                    "chunk_overlap"}
+# The fields each POST route takes; any other is refused (400, VALIDATION_FAILED).
+MODERN_POST_FIELDS = {
+    SEARCH_PATH: MODERN_FIELDS,
+    "/api/v1/projects": {"name"},
+    "/api/v1/documents": _DOCUMENT_FIELDS,
+    "/api/v1/memory-stores": {"project_id", "name", "tags", "duplicate_threshold", "supersede_threshold"},
+    "/api/v1/memories": {"memory_store_id", "content", "tags"},
+}
+# v0.28.0's request schemas (rest/openapi/v1/*.yaml): the near-duplicate threshold is an entry's, not its container's.
+OLD_POST_FIELDS = {
+    SEARCH_PATH: OLD_FIELDS,
+    "/api/v1/projects": {"name"},
+    "/api/v1/documents": _DOCUMENT_FIELDS | {"filename"},
+    "/api/v1/memories": {"project_id", "name", "description", "tags"},
+    "/api/v1/memory-entries": {"memory_id", "content", "source_type", "tags", "metadata", "duplicate_threshold"},
+}
 FAULT_KINDS = ("500", "429", "slow", "drop")
 # Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts.
 EMBEDDER_FAULT = "embedder"
@@ -164,6 +184,13 @@ def _env_number(name: str, default: float, valid: Callable[[float], bool]) -> fl
     return value if math.isfinite(value) and valid(value) else default
 
 
+def _refuse_unknown(body: dict, allowed: set[str]) -> None:
+    """v0.28.0's answer to fields its request schema does not declare, named in the order they were sent."""
+    unknown = [k for k in body if k not in allowed]
+    if unknown:
+        raise _invalid(f"Unknown field(s): {', '.join(unknown)}", unknownFields=unknown)
+
+
 def _strings(body: dict, name: str) -> list[str] | None:
     value = body.get(name)
     if value is None:
@@ -267,7 +294,10 @@ class SoatServer:
                            plain=self.old_server)
         if method == "GET":
             body = {k: v[0] for k, v in query.items()}
-        return route(self._object(body), admin, confined)
+        body = self._object(body)
+        if method == "POST":
+            _refuse_unknown(body, (OLD_POST_FIELDS if self.old_server else MODERN_POST_FIELDS)[path])
+        return route(body, admin, confined)
 
     @staticmethod
     def _object(body: object) -> dict:
@@ -338,13 +368,17 @@ class SoatServer:
         tags = body.get("tags")
         if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
             raise _invalid("tags must be an array of strings")
+        threshold = body.get("duplicate_threshold", DUPLICATE_THRESHOLD)
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+            raise _invalid("duplicate_threshold must be a number from 0 to 1")
         # The release searches no entry tags, so they are echoed and kept nowhere else.
-        status, answer = self._write_memory(body, confined, "memory_id", {})
+        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold)
         return status, answer | {"tags": tags or []}
 
-    def _write_memory(self, body: dict, confined: str | None, container: str,
-                      tags: dict[str, str]) -> tuple[int, dict]:
-        """A memory (an entry, in older releases) written into the container `body[container]` names."""
+    def _write_memory(self, body: dict, confined: str | None, container: str, tags: dict[str, str],
+                      duplicate_threshold: float | None = None) -> tuple[int, dict]:
+        """A memory (an entry, in older releases) written into the container `body[container]` names; skipped
+        as a near-duplicate at `duplicate_threshold` (None: the container's)."""
         store = self.store.stores.get(body.get(container))
         if store is None:
             raise _invalid(f"{container} {body.get(container)!r} does not name a memory container")
@@ -352,14 +386,10 @@ class SoatServer:
         content = body.get("content")
         if not isinstance(content, str) or not content:
             raise _invalid("content is required")
-        action, memory = self.store.create_memory(store.id, content, tags)
+        action, memory = self.store.create_memory(store.id, content, tags, duplicate_threshold=duplicate_threshold)
         return (201 if action == "created" else 200), {"id": memory.id, "action": action, container: store.id}
 
     def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
-        allowed = OLD_FIELDS if self.old_server else MODERN_FIELDS
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise _invalid(f"Unknown field(s): {', '.join(unknown)}", unknownFields=unknown)
         query = body.get("query")
         if query is not None and not isinstance(query, str):
             raise _invalid("query must be a string")

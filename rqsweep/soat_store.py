@@ -136,9 +136,11 @@ class SoatStore:
             return store
 
     def create_memory(self, store_id: str, content: str, tags: Mapping[str, str] | None = None,
-                      updated_at: datetime | None = None) -> tuple[str, StoredMemory]:
-        """Add a memory; `(action, memory)` with action `created`, `skipped` (a near-duplicate: the existing
-        memory) or `superseded` (the nearest memory, rewritten)."""
+                      updated_at: datetime | None = None,
+                      duplicate_threshold: float | None = None) -> tuple[str, StoredMemory]:
+        """Add a memory; `(action, memory)` with action `created`, `skipped` (a near-duplicate at
+        `duplicate_threshold`, else the store's: the existing memory) or `superseded` (the nearest memory,
+        rewritten)."""
         with self._lock:
             store = self.stores[store_id]
             vector = self.embedder.embed([content])[0]
@@ -147,7 +149,8 @@ class SoatStore:
             if siblings:
                 similarity = 1.0 - cosine_distance(np.stack([m.vector for m in siblings]), vector)
                 best = int(np.nanargmax(similarity)) if not np.isnan(similarity).all() else 0
-                if similarity[best] >= store.duplicate_threshold:
+                if similarity[best] >= (store.duplicate_threshold if duplicate_threshold is None
+                                        else duplicate_threshold):
                     return "skipped", siblings[best]
                 if store.supersede_threshold is not None and similarity[best] >= store.supersede_threshold:
                     old = self.memories.pop(siblings[best].id)  # an UPDATE writes a new tuple at the end

@@ -31,7 +31,7 @@ from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect
 from rqsweep.backends.http.seed import IdMap, Journal, seed_corpus
 from rqsweep.backends.http.config import SeedConfig
 from rqsweep.corpus import load_corpus
-from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, write_config, write_corpus
+from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, serving, write_config, write_corpus
 
 FLOOR_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.3], "include_off": True}}}
 VERSION = "0.28.0"
@@ -113,6 +113,50 @@ def test_the_emulation_answers_as_v0_28_0_does(old_server):
         without_filter = api.post(SEARCH_PATH, json={"project_id": project, "query": "pager rota"}).json()["results"]
         assert {r["source_type"] for r in without_filter} == {"document"}  # memories only when named
     assert httpx.get(f"{old_server}/health").json()["version"] == VERSION
+
+
+def test_the_emulation_refuses_unknown_write_fields_as_v0_28_0_does(old_server):
+    """v0.28.0 checks every body against its route's request schema; the near-duplicate threshold is an entry's."""
+    with _api(old_server) as api:
+        project = api.post("/api/v1/projects", json={"name": "strict"}).json()["id"]
+        refused = api.post("/api/v1/memories", json={"project_id": project, "name": "team", "duplicate_threshold": 1,
+                                                     "supersede_threshold": 0.9})
+        assert refused.status_code == 400 and refused.json() == {"error": {
+            "code": "VALIDATION_FAILED", "message": "Unknown field(s): duplicate_threshold, supersede_threshold",
+            "meta": {"unknownFields": ["duplicate_threshold", "supersede_threshold"]}}}
+        assert api.get("/api/v1/memories", params={"project_id": project}).json()["data"] == []
+        for path, body in (("/api/v1/projects", {"name": "p", "colour": "red"}),
+                           ("/api/v1/documents", {"project_id": project, "content": "text", "colour": "red"})):
+            answer = api.post(path, json=body)
+            assert answer.status_code == 400 and answer.json()["error"]["meta"] == {"unknownFields": ["colour"]}
+        container = api.post("/api/v1/memories", json={"project_id": project, "name": "team"}).json()["id"]
+        old, new = "the pager number is 555-0100", "the pager number is now 555-0199"
+        assert api.post("/api/v1/memory-entries", json={"memory_id": container, "content": old}).status_code == 201
+        twin = {"memory_id": container, "content": new}
+        assert api.post("/api/v1/memory-entries", json=twin | {"duplicate_threshold": 0.5}).json()["action"] == "skipped"
+        created = api.post("/api/v1/memory-entries", json=twin | {"duplicate_threshold": 1})
+        assert created.status_code == 201 and created.json()["action"] == "created"
+
+
+@pytest.mark.parametrize("threshold, skipped", [(None, []), (0.85, ["mem-pager-number-current",
+                                                                   "mem-home-office-stipend-current"])])
+def test_the_handbook_seeds_its_memories_into_v0_28_0_at_the_configured_threshold(tmp_path, capsys, threshold,
+                                                                                  skipped):
+    """v0.28.0 takes the threshold on each entry and refuses it on the container: seeding sends it there."""
+    for name in ("corpus.yaml", "golden.yaml"):
+        (tmp_path / name).write_text((ROOT / "configs" / "handbook" / name).read_text())
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        seed = {} if threshold is None else {"duplicate_threshold": threshold}
+        backend = http_backend(server.url, seed=seed or True)
+        config = _config(tmp_path, "handbook", backend, {"strategy": "grid", "knobs": {"min_similarity": {
+            "values": [0.1]}}})
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out")]) == 0
+        stored = list(server.store.memories.values())
+    err = capsys.readouterr().err
+    assert f"seed: 37 documents, 4 memory stores, 32 memories ({len(skipped)} not created)" in err
+    assert len(stored) == 32 - len(skipped)
+    seeded = json.loads((_run_dir(tmp_path / "out", "handbook") / "seed.json").read_text())
+    assert [a["key"] for a in seeded["actions"]] == skipped and {a["action"] for a in seeded["actions"]} <= {"skipped"}
 
 
 def _run_dir(out: Path, name: str) -> Path:

@@ -4,7 +4,8 @@ Writes go one at a time, in corpus order (documents, then memories), so that the
 rows in the order SOAT's own eval loads them: PostgreSQL's order among ties depends on it. Writes are
 not retried after a failure that may have reached the server (that could create a row twice); each is
 recorded in the run folder's journal as it is made, so a stopped seed continues where it stopped. Memory
-writes use the server's dialect (older releases: containers at `/memories`, entries at `/memory-entries`).
+writes use the server's dialect (older releases: containers at `/memories`, entries at `/memory-entries`, each
+entry carrying the near-duplicate threshold that newer releases set on the container).
 Memory ages cannot be seeded: SOAT stamps `updated_at` with the write time.
 """
 
@@ -208,9 +209,10 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
         adopted = _adopt(client, dialect.memory_containers, project_id, {"name": store},
                          set(ids.memory_stores.values())) if in_doubt else None
         if not adopted:
-            adopted = _post(client, dialect.memory_containers, {"project_id": project_id, "name": store,
-                                                                "duplicate_threshold": config.duplicate_threshold},
-                            f"memory store {store!r}")["id"]
+            body = {"project_id": project_id, "name": store}
+            if not dialect.threshold_per_entry:
+                body["duplicate_threshold"] = config.duplicate_threshold
+            adopted = _post(client, dialect.memory_containers, body, f"memory store {store!r}")["id"]
         journal.record({"write": "memory_store", "key": store, "id": adopted})
         ids.memory_stores[store], in_doubt = adopted, False
     for m in corpus.memories:
@@ -219,6 +221,8 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
         body = {dialect.entry_container: ids.memory_stores[m.store], "content": m.content}
         if m.tags:
             body["tags"] = _entry_tags(m.tags, dialect)
+        if dialect.threshold_per_entry:
+            body["duplicate_threshold"] = config.duplicate_threshold
         answer = _post(client, dialect.memory_entries, body, f"memory {m.key!r}")
         action = answer.get("action", "created")
         if in_doubt and action == "skipped" and answer["id"] not in ids.memories.values():
