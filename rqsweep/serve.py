@@ -73,8 +73,10 @@ OLD_POST_FIELDS = {
     "/api/v1/memory-entries": {"memory_id", "content", "source_type", "tags", "metadata", "duplicate_threshold"},
 }
 FAULT_KINDS = ("500", "429", "slow", "drop")
-# Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts.
+# Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts;
+# v0.28.0 (--old-server) stores what it writes then without an embedding, and answers as usual.
 EMBEDDER_FAULT = "embedder"
+OLD_EMBEDDING_WRITES = {"/api/v1/documents", "/api/v1/memory-entries"}
 LOGIN_PATH = "/api/v1/users/login"
 HEALTH_PATH = "/health"
 PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
@@ -263,8 +265,9 @@ class SoatServer:
         return None if (method, path) in PUBLIC_ROUTES else self.accounts.caller(authorization)
 
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: object,
-               caller: tuple[bool, str | None] | None) -> tuple[int, object]:
-        """Answer one request from `caller`, as `authenticate` found it."""
+               caller: tuple[bool, str | None] | None, embedded: bool = True) -> tuple[int, object]:
+        """Answer one request from `caller`, as `authenticate` found it. `embedded=False`: a write made while the
+        embedding provider is down (one of `OLD_EMBEDDING_WRITES`), whose rows are stored without an embedding."""
         if (method, path) == ("POST", LOGIN_PATH):
             body = self._object(body)
             token = self.accounts.login(body.get("username"), body.get("password"))
@@ -297,7 +300,7 @@ class SoatServer:
         body = self._object(body)
         if method == "POST":
             _refuse_unknown(body, (OLD_POST_FIELDS if self.old_server else MODERN_POST_FIELDS)[path])
-        return route(body, admin, confined)
+        return route(body, admin, confined) if embedded else route(body, admin, confined, embedded=False)
 
     @staticmethod
     def _object(body: object) -> dict:
@@ -327,7 +330,8 @@ class SoatServer:
         return 200, {"data": [{"id": p, "name": n} for p, n in self.store.projects.items()
                               if confined is None or p == confined]}
 
-    def _create_document(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+    def _create_document(self, body: dict, admin: bool, confined: str | None,
+                         embedded: bool = True) -> tuple[int, object]:
         project_id = self._project(body, confined)
         content = body.get("content")
         if not isinstance(content, str) or not content:
@@ -339,7 +343,8 @@ class SoatServer:
         if not (isinstance(size, int) and isinstance(overlap, int) and 0 <= overlap < size):
             raise _invalid("chunk_size and chunk_overlap must be integers with 0 <= chunk_overlap < chunk_size")
         doc = self.store.create_document(project_id, content, str(body.get("path") or ""), str(body.get("title") or ""),
-                                         _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap))
+                                         _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap),
+                                         embedded)
         return 201, {"id": doc.id, "project_id": project_id, "path": doc.path, "title": doc.title, "tags": doc.tags,
                      "chunks": len(doc.chunks), "created_at": _iso(doc.created_at)}
 
@@ -364,7 +369,8 @@ class SoatServer:
     def _create_memory(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         return self._write_memory(body, confined, "memory_store_id", _tags(body))
 
-    def _create_memory_entry(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+    def _create_memory_entry(self, body: dict, admin: bool, confined: str | None,
+                             embedded: bool = True) -> tuple[int, object]:
         tags = body.get("tags")
         if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
             raise _invalid("tags must be an array of strings")
@@ -372,11 +378,11 @@ class SoatServer:
         if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
             raise _invalid("duplicate_threshold must be a number from 0 to 1")
         # The release searches no entry tags, so they are echoed and kept nowhere else.
-        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold)
+        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold, embedded)
         return status, answer | {"tags": tags or []}
 
     def _write_memory(self, body: dict, confined: str | None, container: str, tags: dict[str, str],
-                      duplicate_threshold: float | None = None) -> tuple[int, dict]:
+                      duplicate_threshold: float | None = None, embedded: bool = True) -> tuple[int, dict]:
         """A memory (an entry, in older releases) written into the container `body[container]` names; skipped
         as a near-duplicate at `duplicate_threshold` (None: the container's)."""
         store = self.store.stores.get(body.get(container))
@@ -386,7 +392,8 @@ class SoatServer:
         content = body.get("content")
         if not isinstance(content, str) or not content:
             raise _invalid("content is required")
-        action, memory = self.store.create_memory(store.id, content, tags, duplicate_threshold=duplicate_threshold)
+        action, memory = self.store.create_memory(store.id, content, tags, duplicate_threshold=duplicate_threshold,
+                                                  embedded=embedded)
         return (201 if action == "created" else 200), {"id": memory.id, "action": action, container: store.id}
 
     def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
@@ -509,7 +516,8 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             if fault == "429":
                 return self._answer(429, {"error": {"code": "RATE_LIMITED", "message": "injected fault"}},
                                     {"Retry-After": str(server.faults.retry_after)})
-            if fault == EMBEDDER_FAULT:
+            embedded = not (fault == EMBEDDER_FAULT and server.old_server and url.path in OLD_EMBEDDING_WRITES)
+            if fault == EMBEDDER_FAULT and embedded:
                 time.sleep(server.faults.slow_seconds)
                 return self._answer(502, ApiError(502, "AI_PROVIDER_ERROR", "embedding the query failed: the "
                                                   "embedding provider is unreachable (injected fault)").body())
@@ -520,7 +528,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 return self._answer(400, _invalid("the request body is not valid JSON").body())
             try:
-                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller)
+                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller, embedded)
             except ApiError as exc:
                 return self._answer(exc.status, exc.body())
             except Exception as exc:  # noqa: BLE001 - a server answers 500, as SOAT would, and keeps serving

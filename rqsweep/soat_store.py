@@ -4,7 +4,9 @@ What `rqsweep serve` serves. Rows keep insertion order per table, as a freshly l
 does (an updated memory moves to the end, as an UPDATE's new tuple would). Each document is chunked
 with its own strategy; the engine then indexes the chunks whole. Timestamps come from one clock, which
 can be frozen so that a corpus seeded over HTTP has the ages (zero) of an embedded run. Releases
-before the hybrid ranking rank by cosine alone (`pure_cosine`).
+before the hybrid ranking rank by cosine alone (`pure_cosine`). Those releases store a row whose embedding
+failed without one: such rows (`unembedded`) are left out of the index, which pure cosine ranking never
+finds them in either.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class SoatStore:
         self.documents: dict[str, StoredDocument] = {}
         self.stores: dict[str, MemoryStore] = {}
         self.memories: dict[str, StoredMemory] = {}
+        self.unembedded: set[str] = set()  # chunk keys and memory ids stored without an embedding
         self._counters: dict[str, int] = {}
         self._lock = threading.RLock()
         self._indexes: dict[str | None, Index] = {}
@@ -116,10 +119,13 @@ class SoatStore:
 
     def create_document(self, project_id: str, content: str, path: str = "", title: str = "",
                         tags: Mapping[str, str] | None = None, metadata: dict | None = None,
-                        chunking: Chunking = Chunking("whole")) -> StoredDocument:
+                        chunking: Chunking = Chunking("whole"), embedded: bool = True) -> StoredDocument:
+        """`embedded=False`: its chunks are stored without an embedding."""
         with self._lock:
             doc_id = self._new_id("doc")
             chunks = [c.content for c in chunk_document(Document(doc_id, content), chunking)]
+            if not embedded:
+                self.unembedded.update(_chunk_key(doc_id, i) for i in range(len(chunks)))
             doc = StoredDocument(doc_id, project_id, content, path, title, dict(tags or {}), dict(metadata or {}),
                                  chunks, self.clock())
             self.documents[doc_id] = doc
@@ -137,16 +143,16 @@ class SoatStore:
 
     def create_memory(self, store_id: str, content: str, tags: Mapping[str, str] | None = None,
                       updated_at: datetime | None = None,
-                      duplicate_threshold: float | None = None) -> tuple[str, StoredMemory]:
+                      duplicate_threshold: float | None = None, embedded: bool = True) -> tuple[str, StoredMemory]:
         """Add a memory; `(action, memory)` with action `created`, `skipped` (a near-duplicate at
         `duplicate_threshold`, else the store's: the existing memory) or `superseded` (the nearest memory,
-        rewritten)."""
+        rewritten). `embedded=False`: stored without an embedding, so compared with none."""
         with self._lock:
             store = self.stores[store_id]
             vector = self.embedder.embed([content])[0]
             now = self.clock()
-            siblings = [m for m in self.memories.values() if m.store_id == store_id]
-            if siblings:
+            siblings = [m for m in self.memories.values() if m.store_id == store_id and m.id not in self.unembedded]
+            if siblings and embedded:
                 similarity = 1.0 - cosine_distance(np.stack([m.vector for m in siblings]), vector)
                 best = int(np.nanargmax(similarity)) if not np.isnan(similarity).all() else 0
                 if similarity[best] >= (store.duplicate_threshold if duplicate_threshold is None
@@ -161,6 +167,8 @@ class SoatStore:
             memory = StoredMemory(self._new_id("mem"), store_id, content, dict(tags or {}), vector, now,
                                   updated_at or now)
             self.memories[memory.id] = memory
+            if not embedded:
+                self.unembedded.add(memory.id)
             self._indexes.clear()
             return "created", memory
 
@@ -202,18 +210,18 @@ class SoatStore:
             return self._indexes[project_id]
 
     def _build(self, project_id: str | None) -> Index:
-        docs = [d for d in self.documents.values() if project_id is None or d.project_id == project_id]
-        mems = [m for m in self.memories.values()
-                if project_id is None or self.stores[m.store_id].project_id == project_id]
+        chunks = [(d, _chunk_key(d.id, i), text) for d in self.documents.values()
+                  if project_id is None or d.project_id == project_id
+                  for i, text in enumerate(d.chunks) if _chunk_key(d.id, i) not in self.unembedded]
+        mems = [m for m in self.memories.values() if m.id not in self.unembedded
+                and (project_id is None or self.stores[m.store_id].project_id == project_id)]
         corpus = Corpus(
-            tuple(Document(_chunk_key(d.id, i), text, d.path, d.title, d.tags)
-                  for d in docs for i, text in enumerate(d.chunks)),
+            tuple(Document(key, text, d.path, d.title, d.tags) for d, key, text in chunks),
             tuple(Memory(m.id, m.content, m.store_id, m.tags) for m in mems),
         )
         index = Index.build(corpus, self.embedder, Chunking("whole"), now=self.clock(), tie_order=self.tie_order)
         # Real write times, not the build clock: the recency blend reads them at each search.
-        index.stores["document"].updated_at_ms[:] = [round(d.created_at.timestamp() * 1000)
-                                                     for d in docs for _ in d.chunks]
+        index.stores["document"].updated_at_ms[:] = [round(d.created_at.timestamp() * 1000) for d, _, _ in chunks]
         index.stores["memory"].updated_at_ms[:] = [round(m.updated_at.timestamp() * 1000) for m in mems]
         return index
 

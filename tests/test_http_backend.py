@@ -65,11 +65,12 @@ def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_pa
     replayed, single_store, rescued, fallback = map(int, re.search(
         r"replay: (\d+) of \d+ queries .* and (\d+) single-store searches, which proved (\d+); (\d+) searched", log
     ).groups())
-    # The probe (before seeding: it finds nothing), one search after seeding to see the results' fields, one per
+    # The probe (before seeding: it finds nothing), one per seeded item (8 documents, 12 memories: the seed's
+    # check that the vector channel finds each), one search after seeding to see the results' fields, one per
     # query, the single-store ones, direct searches for what is still unproven, and the ranked lists
     # hits.parquet keeps: one search per query for the baseline and for the chosen setting.
     ranked = queries * len({outcome.baseline, outcome.best or outcome.baseline})
-    assert searches == 2 + queries + single_store + fallback * settings + ranked
+    assert searches == 2 + 8 + 12 + queries + single_store + fallback * settings + ranked
     # Without single-store searches, the `rescued` queries would be searched directly for every setting too.
     assert rescued >= 10 and replayed == queries and fallback == 0
     seed = (outcome.run_dir / "seed.json").read_text()

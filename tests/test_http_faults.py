@@ -60,8 +60,9 @@ def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_pat
         config = write_config(tmp_path, "resumed", backend)
         out = str(tmp_path / "out")
         queries = 20
-        # The baseline and one batch of 2 finish; the server dies during the next batch.
-        server.die_after = 1 + queries * 3 + 7
+        # The probe, the seed's check (one search per seeded item), the baseline and one batch of 2 finish; the
+        # server dies during the next batch.
+        server.die_after = 1 + 8 + 12 + queries * 3 + 7
         started = time.monotonic()
         assert cli.main([str(config), "--output-dir", out, "--quiet"]) == 3
         assert time.monotonic() - started < 30

@@ -27,10 +27,13 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import SoatClient
-from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect
+from rqsweep.backends.http.mapping import SEARCH_PATH, SearchScope
+from rqsweep.backends.http.probe import probe
 from rqsweep.backends.http.seed import IdMap, Journal, seed_corpus
 from rqsweep.backends.http.config import SeedConfig
 from rqsweep.corpus import load_corpus
+from rqsweep.errors import BackendError
+from rqsweep.serve import EMBEDDER_FAULT, Faults
 from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, serving, write_config, write_corpus
 
 FLOOR_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.3], "include_off": True}}}
@@ -267,7 +270,7 @@ def _seed_after_kill(tmp_path: Path, url: str, name: str, unrecorded: int) -> tu
     corpus = load_corpus(tmp_path / "corpus.yaml")
     client = SoatClient(Target(url, None, "admin", Secret(PASSWORD)), retries=0)
     client.connect()
-    dialect = Dialect(memory_store_ids="memory_ids", memory_id="entry_id", **OLD_MEMORY_API)
+    dialect = probe(client, "pager", SearchScope()).dialect
     journal = Journal(tmp_path / f"{name}.journal")
 
     class Killed(Exception):
@@ -302,6 +305,32 @@ def test_a_write_made_but_not_recorded_before_the_kill_is_adopted_not_repeated(t
                                                "memory_ids": list(ids.memory_stores.values())}).json()["results"]
         entries = [r["entry_id"] for r in memories if r["source_type"] == "memory"]
         assert sorted(entries) == sorted(ids.memories.values())  # each memory once
+
+
+def test_a_seed_through_an_embedding_outage_stops_naming_the_items_stored_without_an_embedding(tmp_path):
+    """v0.28.0 stores what it cannot embed without an embedding and answers 201: the seed must not end there."""
+    write_corpus(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        client = SoatClient(Target(server.url, None, "admin", Secret(PASSWORD)), retries=0)
+        client.connect()
+        journal = Journal(None)
+        # Recorded: start, project, 8 documents, 3 stores, memories. The provider is down for the write after
+        # the 4th line (the 3rd document) and after the 14th (the 2nd memory).
+        outage, healthy = Faults(1.0, (EMBEDDER_FAULT,), all_routes=True), server.faults
+
+        def record(entry: dict, record=journal.record) -> None:
+            record(entry)
+            server.faults = outage if len(journal.entries) in (4, 14) else healthy
+
+        journal.record = record
+        dialect = probe(client, "pager", SearchScope()).dialect
+        with pytest.raises(BackendError) as stopped:
+            seed_corpus(client, corpus, SeedConfig(), None, "outage", lambda _: None, dialect, journal)
+        client.close()
+    document, memory = corpus.documents[2].key, corpus.memories[1].key
+    assert (f"2 seeded items cannot be found by the server's vector search: document {document!r} (0 of 3 chunks), "
+            f"memory {memory!r}; the server stored them without an embedding") in str(stopped.value)
 
 
 def test_the_gate_refuses_an_embedded_run_against_an_old_server_run(tmp_path, old_server, capsys):

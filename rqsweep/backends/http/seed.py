@@ -6,7 +6,9 @@ not retried after a failure that may have reached the server (that could create 
 recorded in the run folder's journal as it is made, so a stopped seed continues where it stopped. Memory
 writes use the server's dialect (older releases: containers at `/memories`, entries at `/memory-entries`, each
 entry carrying the near-duplicate threshold that newer releases set on the container).
-Memory ages cannot be seeded: SOAT stamps `updated_at` with the write time.
+Memory ages cannot be seeded: SOAT stamps `updated_at` with the write time. A server whose embedding provider
+fails during a write may store the row without an embedding and answer as usual (v0.28.0 does): after seeding,
+a search on each item's own text shows that the vector channel finds it (`unsearchable`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from typing import Callable
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient
 from rqsweep.backends.http.config import SeedConfig
-from rqsweep.backends.http.mapping import Dialect
-from rqsweep.corpus import Corpus
+from rqsweep.config import Chunking
+from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, Hit, SearchScope, parse_hits, search_body
+from rqsweep.corpus import Corpus, Document, Memory, chunk_document
+from rqsweep.engine.index import MAX_LIMIT
 from rqsweep.errors import BackendError, InputError
 from rqsweep.files import read_data
 from rqsweep.files import write_json
+from rqsweep.knobs import Knobs
 
 SEED_FILE = "seed.json"
 SEED_JOURNAL = "seed.journal"
@@ -158,6 +163,39 @@ def age_warning(corpus: Corpus) -> str | None:
             "write time, so the recency blend sees them all as new")
 
 
+def _by_vector(hit: Hit) -> bool:
+    """Whether the vector channel found a hit: its signal says so, or (a server without signals ranks by
+    cosine alone) it has a similarity."""
+    return hit.vector is not None or (hit.lexical is None and hit.similarity is not None)
+
+
+def unsearchable(client: SoatClient, corpus: Corpus, ids: IdMap, chunking: Chunking, dialect: Dialect) -> list[str]:
+    """The seeded items the vector channel cannot find, described: documents with fewer chunks found than they
+    were cut into, memories a search on their own text does not find. One search per item, the most the server
+    returns (a document's chunks past that are not counted)."""
+    def check(item: Document | Memory) -> str | None:
+        if isinstance(item, Document):
+            chunks = chunk_document(item, chunking)
+            scope = SearchScope(ids.project_id, document_ids=(ids.documents[item.key],), include_memories=False)
+            query, wanted = chunks[0].content, min(len(chunks), MAX_LIMIT)
+        else:
+            scope = SearchScope(ids.project_id, memory_store_ids=(ids.memory_stores[item.store],),
+                                include_documents=False)
+            query, wanted = item.content, 1
+        body = search_body(query, Knobs(), MAX_LIMIT, scope, dialect)
+        try:
+            hits = client.request("POST", SEARCH_PATH, body, read=lambda payload: parse_hits(payload, dialect)).body
+        except RequestFailed as exc:
+            raise BackendError(f"checking the seeded {item.key!r}: the search failed: {exc}") from None
+        if isinstance(item, Document):
+            found = len({h.item_id for h in hits if h.target_id == ids.documents[item.key] and _by_vector(h)})
+            return None if found >= wanted else f"document {item.key!r} ({found} of {len(chunks)} chunks)"
+        return None if any(h.target_id == ids.memories[item.key] and _by_vector(h) for h in hits) else \
+            f"memory {item.key!r}"
+
+    return [problem for problem in client.map(check, [*corpus.documents, *corpus.memories]) if problem]
+
+
 def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_id: str | None,
                 default_name: str, log: Callable[[str], None], dialect: Dialect, journal: Journal) -> IdMap:
     """Create (or fill) the project from `corpus` in the server's dialect, recording each write in `journal`
@@ -233,6 +271,12 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
             ids.actions.append({"key": m.key, "action": action, "id": answer["id"]})
             log(f"seed: memory {m.key!r} was {action}, not created (id {answer['id']}): the server judged it a "
                 "near-duplicate; the golden set's expectations on it may not hold")
+    missing = unsearchable(client, corpus, ids, chunking, dialect)
+    if missing:
+        raise BackendError(f"seeding: {len(missing)} seeded items cannot be found by the server's vector search: "
+                           f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; the server stored them "
+                           "without an embedding (its embedding provider failed during the seed?): once it embeds "
+                           f"again, delete project {project_id} and seed anew")
     if age_warning(corpus):
         log(f"seed: {age_warning(corpus)}")
     log(f"seed: {len(ids.documents)} documents, {len(ids.memory_stores)} memory stores, {len(ids.memories)} "
