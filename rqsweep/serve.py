@@ -1,7 +1,7 @@
 """`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
 
-Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
-search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
+Routes: login, projects, documents (create, list per project, delete), memory stores, memories (create, and
+list per project), knowledge search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
 status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
 "Unknown field(s): a, b" with `error.meta.unknownFields`. Knob values the server cannot use fall back to the
 defaults silently, as SOAT's do. Callers are authenticated before their request body is read, and bodies over
@@ -76,8 +76,14 @@ FAULT_KINDS = ("500", "429", "slow", "drop")
 # Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts;
 # v0.28.0 (--old-server) stores what it writes then without an embedding, and answers as usual.
 EMBEDDER_FAULT = "embedder"
-OLD_EMBEDDING_WRITES = {"/api/v1/documents", "/api/v1/memory-entries"}
+# Asked for by name only: v0.28.0's database dying during a document write, which it makes without a transaction:
+# the document's row stays, without its chunks, and the answer is a 500.
+TORN_FAULT = "torn-document"
+# The writes each fault changes on v0.28.0 (--old-server), rather than answering in their place.
+OLD_WRITE_FAULTS = {EMBEDDER_FAULT: {"/api/v1/documents", "/api/v1/memory-entries"}, TORN_FAULT: {"/api/v1/documents"}}
+OPAQUE_500 = "Internal Server Error"  # v0.28.0's message on any unexpected error (INTERNAL_ERROR, 500)
 LOGIN_PATH = "/api/v1/users/login"
+DOCUMENTS_PATH = "/api/v1/documents"
 HEALTH_PATH = "/health"
 PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
 # Searches and seeding writes are a few kB; a document beyond this is refused (413) like any oversized body.
@@ -265,9 +271,9 @@ class SoatServer:
         return None if (method, path) in PUBLIC_ROUTES else self.accounts.caller(authorization)
 
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: object,
-               caller: tuple[bool, str | None] | None, embedded: bool = True) -> tuple[int, object]:
-        """Answer one request from `caller`, as `authenticate` found it. `embedded=False`: a write made while the
-        embedding provider is down (one of `OLD_EMBEDDING_WRITES`), whose rows are stored without an embedding."""
+               caller: tuple[bool, str | None] | None, write_fault: str | None = None) -> tuple[int, object]:
+        """Answer one request from `caller`, as `authenticate` found it; `write_fault`: one of `OLD_WRITE_FAULTS`
+        befalls this write."""
         if (method, path) == ("POST", LOGIN_PATH):
             body = self._object(body)
             token = self.accounts.login(body.get("username"), body.get("password"))
@@ -276,6 +282,8 @@ class SoatServer:
             return 200, {"status": "ok"} | ({"version": self.version} if self.version else {})
         assert caller is not None, f"{method} {path} is a public route without an answer"
         admin, confined = caller
+        if method == "DELETE" and path.startswith(DOCUMENTS_PATH + "/"):
+            return self._delete_document(path.removeprefix(DOCUMENTS_PATH + "/"), confined)
         routes = {
             ("POST", "/api/v1/projects"): self._create_project,
             ("GET", "/api/v1/projects"): self._list_projects,
@@ -300,7 +308,7 @@ class SoatServer:
         body = self._object(body)
         if method == "POST":
             _refuse_unknown(body, (OLD_POST_FIELDS if self.old_server else MODERN_POST_FIELDS)[path])
-        return route(body, admin, confined) if embedded else route(body, admin, confined, embedded=False)
+        return route(body, admin, confined) if write_fault is None else route(body, admin, confined, write_fault)
 
     @staticmethod
     def _object(body: object) -> dict:
@@ -331,7 +339,7 @@ class SoatServer:
                               if confined is None or p == confined]}
 
     def _create_document(self, body: dict, admin: bool, confined: str | None,
-                         embedded: bool = True) -> tuple[int, object]:
+                         fault: str | None = None) -> tuple[int, object]:
         project_id = self._project(body, confined)
         content = body.get("content")
         if not isinstance(content, str) or not content:
@@ -344,9 +352,19 @@ class SoatServer:
             raise _invalid("chunk_size and chunk_overlap must be integers with 0 <= chunk_overlap < chunk_size")
         doc = self.store.create_document(project_id, content, str(body.get("path") or ""), str(body.get("title") or ""),
                                          _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap),
-                                         embedded)
+                                         embedded=fault != EMBEDDER_FAULT, chunked=fault != TORN_FAULT)
+        if fault == TORN_FAULT:
+            raise ApiError(500, "INTERNAL_ERROR", OPAQUE_500)
         return 201, {"id": doc.id, "project_id": project_id, "path": doc.path, "title": doc.title, "tags": doc.tags,
                      "chunks": len(doc.chunks), "created_at": _iso(doc.created_at)}
+
+    def _delete_document(self, doc_id: str, confined: str | None) -> tuple[int, None]:
+        doc = self.store.documents.get(doc_id)
+        if doc is None:
+            raise ApiError(404, "RESOURCE_NOT_FOUND", "Document not found")
+        self._project({"project_id": doc.project_id}, confined)
+        self.store.delete_document(doc_id)
+        return 204, None
 
     def _list_documents(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         docs = self.store.project_documents(self._project(body, confined))
@@ -370,7 +388,7 @@ class SoatServer:
         return self._write_memory(body, confined, "memory_store_id", _tags(body))
 
     def _create_memory_entry(self, body: dict, admin: bool, confined: str | None,
-                             embedded: bool = True) -> tuple[int, object]:
+                             fault: str | None = None) -> tuple[int, object]:
         tags = body.get("tags")
         if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
             raise _invalid("tags must be an array of strings")
@@ -378,7 +396,7 @@ class SoatServer:
         if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
             raise _invalid("duplicate_threshold must be a number from 0 to 1")
         # The release searches no entry tags, so they are echoed and kept nowhere else.
-        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold, embedded)
+        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold, fault != EMBEDDER_FAULT)
         return status, answer | {"tags": tags or []}
 
     def _write_memory(self, body: dict, confined: str | None, container: str, tags: dict[str, str],
@@ -470,7 +488,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
             plain = isinstance(payload, str)
-            data = payload.encode() if plain else json.dumps(payload).encode()
+            data = b"" if payload is None else payload.encode() if plain else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; charset=utf-8" if plain else "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -516,8 +534,8 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             if fault == "429":
                 return self._answer(429, {"error": {"code": "RATE_LIMITED", "message": "injected fault"}},
                                     {"Retry-After": str(server.faults.retry_after)})
-            embedded = not (fault == EMBEDDER_FAULT and server.old_server and url.path in OLD_EMBEDDING_WRITES)
-            if fault == EMBEDDER_FAULT and embedded:
+            write_fault = fault if server.old_server and url.path in OLD_WRITE_FAULTS.get(fault, ()) else None
+            if fault == EMBEDDER_FAULT and write_fault is None:
                 time.sleep(server.faults.slow_seconds)
                 return self._answer(502, ApiError(502, "AI_PROVIDER_ERROR", "embedding the query failed: the "
                                                   "embedding provider is unreachable (injected fault)").body())
@@ -528,7 +546,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 return self._answer(400, _invalid("the request body is not valid JSON").body())
             try:
-                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller, embedded)
+                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller, write_fault)
             except ApiError as exc:
                 return self._answer(exc.status, exc.body())
             except Exception as exc:  # noqa: BLE001 - a server answers 500, as SOAT would, and keeps serving
@@ -540,6 +558,9 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
 
     return Handler
 
@@ -567,7 +588,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered badly (0..1)")
     p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS),
                    help=f"comma-separated of {', '.join(FAULT_KINDS)} (the default: all of them), {EMBEDDER_FAULT} "
-                        "(a search that fails as SOAT's does with its embedding provider down, after --slow-seconds)")
+                        "(a search that fails as SOAT's does with its embedding provider down, after --slow-seconds; "
+                        "with --old-server, a document or memory entry written then is stored without an "
+                        f"embedding), {TORN_FAULT} (with --old-server: a document write that dies after storing "
+                        "the document, before its chunks, answered 500)")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--fault-all-routes", action="store_true", help="faults on every route, not only search")
     p.add_argument("--fault-first", type=int, default=0, metavar="N",
@@ -599,8 +623,9 @@ def main(argv: list[str]) -> int:
     """Run the server until interrupted; prints its URL (and a generated password) on stdout."""
     args = _parser().parse_args(argv)
     kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
-    if not kinds or set(kinds) - {*FAULT_KINDS, EMBEDDER_FAULT} or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
-        print(f"rqsweep serve: --fault-kinds takes {', '.join((*FAULT_KINDS, EMBEDDER_FAULT))}; --fault-rate 0..1; "
+    named = (*FAULT_KINDS, EMBEDDER_FAULT, TORN_FAULT)
+    if not kinds or set(kinds) - set(named) or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
+        print(f"rqsweep serve: --fault-kinds takes {', '.join(named)}; --fault-rate 0..1; "
               "--fault-first >= 0", file=sys.stderr)
         return 2
     password = os.environ.get(args.password_env)

@@ -119,11 +119,13 @@ class SoatStore:
 
     def create_document(self, project_id: str, content: str, path: str = "", title: str = "",
                         tags: Mapping[str, str] | None = None, metadata: dict | None = None,
-                        chunking: Chunking = Chunking("whole"), embedded: bool = True) -> StoredDocument:
-        """`embedded=False`: its chunks are stored without an embedding."""
+                        chunking: Chunking = Chunking("whole"), embedded: bool = True,
+                        chunked: bool = True) -> StoredDocument:
+        """`embedded=False`: its chunks are stored without an embedding; `chunked=False`: without its chunks, as a
+        write cut off between the two leaves it."""
         with self._lock:
             doc_id = self._new_id("doc")
-            chunks = [c.content for c in chunk_document(Document(doc_id, content), chunking)]
+            chunks = [c.content for c in chunk_document(Document(doc_id, content), chunking)] if chunked else []
             if not embedded:
                 self.unembedded.update(_chunk_key(doc_id, i) for i in range(len(chunks)))
             doc = StoredDocument(doc_id, project_id, content, path, title, dict(tags or {}), dict(metadata or {}),
@@ -131,6 +133,12 @@ class SoatStore:
             self.documents[doc_id] = doc
             self._indexes.clear()
             return doc
+
+    def delete_document(self, doc_id: str) -> None:
+        with self._lock:
+            doc = self.documents.pop(doc_id)
+            self.unembedded.difference_update(_chunk_key(doc_id, i) for i in range(len(doc.chunks)))
+            self._indexes.clear()
 
     def create_memory_store(self, project_id: str, name: str, tags: Mapping[str, str] | None = None,
                             duplicate_threshold: float = DUPLICATE_THRESHOLD,

@@ -33,7 +33,7 @@ from rqsweep.backends.http.seed import IdMap, Journal, seed_corpus
 from rqsweep.backends.http.config import SeedConfig
 from rqsweep.corpus import load_corpus
 from rqsweep.errors import BackendError
-from rqsweep.serve import EMBEDDER_FAULT, Faults
+from rqsweep.serve import EMBEDDER_FAULT, TORN_FAULT, Faults
 from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, serving, write_config, write_corpus
 
 FLOOR_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.3], "include_off": True}}}
@@ -329,8 +329,40 @@ def test_a_seed_through_an_embedding_outage_stops_naming_the_items_stored_withou
             seed_corpus(client, corpus, SeedConfig(), None, "outage", lambda _: None, dialect, journal)
         client.close()
     document, memory = corpus.documents[2].key, corpus.memories[1].key
-    assert (f"2 seeded items cannot be found by the server's vector search: document {document!r} (0 of 3 chunks), "
-            f"memory {memory!r}; the server stored them without an embedding") in str(stopped.value)
+    assert (f"2 seeded items cannot be found by the server's vector search: document {document!r} (0 of 3 chunks "
+            f"found), memory {memory!r} (not found); the server stored them without an embedding") in str(stopped.value)
+
+
+def test_a_resumed_seed_writes_again_the_document_a_dying_database_left_without_chunks(tmp_path):
+    """v0.28.0 writes a document's row, then its chunks, with no transaction: a database that dies in between
+    leaves a `ready` document with no chunks and answers 500. Resuming must not adopt it."""
+    write_corpus(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        client = SoatClient(Target(server.url, None, "admin", Secret(PASSWORD)), retries=0)
+        client.connect()
+        dialect = probe(client, "pager", SearchScope()).dialect
+        journal = Journal(tmp_path / "torn.journal")
+        healthy = server.faults
+
+        def record(entry: dict, record=journal.record) -> None:  # the write after the 4th line: the 3rd document
+            record(entry)
+            server.faults = Faults(1.0, (TORN_FAULT,), all_routes=True) if len(journal.entries) == 4 else healthy
+
+        journal.record = record
+        with pytest.raises(BackendError, match="seeding stopped at document .* answered HTTP 500 INTERNAL_ERROR"):
+            seed_corpus(client, corpus, SeedConfig(), None, "torn", lambda _: None, dialect, journal)
+        server.faults = healthy
+        (torn,) = [d.id for d in server.store.documents.values() if not d.chunks]
+        logged: list[str] = []
+        ids = seed_corpus(client, corpus, SeedConfig(), None, "torn", logged.append, dialect, Journal(journal.path))
+        client.close()
+        kept = server.store.documents
+    key = corpus.documents[2].key
+    assert torn not in kept and ids.documents[key] in kept and sorted(ids.documents.values()) == sorted(kept)
+    assert all(d.chunks for d in kept.values())
+    assert (f"seed: document {key!r} (id {torn}) was left incomplete by the stopped seed (0 of 3 chunks found): "
+            "deleted, and written again") in logged
 
 
 def test_the_gate_refuses_an_embedded_run_against_an_old_server_run(tmp_path, old_server, capsys):

@@ -240,7 +240,7 @@ class SoatClient:
                 status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        payload = _json_of(content, response)
+                        payload = None if status == 204 else _json_of(content, response)  # 204: No Content
                         del content  # held no longer than needed: answers can be large
                         payload = payload if read is None else read(payload)
                     except ValueError:

@@ -150,6 +150,14 @@ def _adopt(client: SoatClient, path: str, project_id: str, match: dict, known: s
     return found[0] if len(found) == 1 else None
 
 
+def _delete(client: SoatClient, path: str, what: str, problem: str) -> None:
+    try:
+        client.request("DELETE", path)
+    except RequestFailed as exc:
+        raise BackendError(f"seeding: {what} was left incomplete by the stopped seed ({problem}), and deleting it "
+                           f"failed ({exc}): delete it, then resume") from None
+
+
 def _entry_tags(tags: dict[str, str], dialect: Dialect) -> object:
     return [f"{k}:{v}" for k, v in tags.items()] if dialect.entry_tags_as_list else dict(tags)
 
@@ -169,29 +177,37 @@ def _by_vector(hit: Hit) -> bool:
     return hit.vector is not None or (hit.lexical is None and hit.similarity is not None)
 
 
+def _unfound(client: SoatClient, item: Document | Memory, item_id: str, ids: IdMap, chunking: Chunking,
+             dialect: Dialect) -> str | None:
+    """What the vector channel does not find of the seeded item `item_id`, or None: one search on its own text, in
+    its document or memory store, for the most results the server returns (a document's chunks past that are not
+    counted)."""
+    if isinstance(item, Document):
+        chunks = chunk_document(item, chunking)
+        scope = SearchScope(ids.project_id, document_ids=(item_id,), include_memories=False)
+        query = chunks[0].content
+    else:
+        scope = SearchScope(ids.project_id, memory_store_ids=(ids.memory_stores[item.store],), include_documents=False)
+        query = item.content
+    body = search_body(query, Knobs(), MAX_LIMIT, scope, dialect)
+    try:
+        hits = client.request("POST", SEARCH_PATH, body, read=lambda payload: parse_hits(payload, dialect)).body
+    except RequestFailed as exc:
+        raise BackendError(f"checking the seeded {item.key!r}: the search failed: {exc}") from None
+    if isinstance(item, Document):
+        found = len({h.item_id for h in hits if h.target_id == item_id and _by_vector(h)})
+        return None if found >= min(len(chunks), MAX_LIMIT) else f"{found} of {len(chunks)} chunks found"
+    return None if any(h.target_id == item_id and _by_vector(h) for h in hits) else "not found"
+
+
 def unsearchable(client: SoatClient, corpus: Corpus, ids: IdMap, chunking: Chunking, dialect: Dialect) -> list[str]:
     """The seeded items the vector channel cannot find, described: documents with fewer chunks found than they
-    were cut into, memories a search on their own text does not find. One search per item, the most the server
-    returns (a document's chunks past that are not counted)."""
+    were cut into, memories a search on their own text does not find. One search per item."""
     def check(item: Document | Memory) -> str | None:
-        if isinstance(item, Document):
-            chunks = chunk_document(item, chunking)
-            scope = SearchScope(ids.project_id, document_ids=(ids.documents[item.key],), include_memories=False)
-            query, wanted = chunks[0].content, min(len(chunks), MAX_LIMIT)
-        else:
-            scope = SearchScope(ids.project_id, memory_store_ids=(ids.memory_stores[item.store],),
-                                include_documents=False)
-            query, wanted = item.content, 1
-        body = search_body(query, Knobs(), MAX_LIMIT, scope, dialect)
-        try:
-            hits = client.request("POST", SEARCH_PATH, body, read=lambda payload: parse_hits(payload, dialect)).body
-        except RequestFailed as exc:
-            raise BackendError(f"checking the seeded {item.key!r}: the search failed: {exc}") from None
-        if isinstance(item, Document):
-            found = len({h.item_id for h in hits if h.target_id == ids.documents[item.key] and _by_vector(h)})
-            return None if found >= wanted else f"document {item.key!r} ({found} of {len(chunks)} chunks)"
-        return None if any(h.target_id == ids.memories[item.key] and _by_vector(h) for h in hits) else \
-            f"memory {item.key!r}"
+        document = isinstance(item, Document)
+        problem = _unfound(client, item, (ids.documents if document else ids.memories)[item.key], ids, chunking,
+                           dialect)
+        return problem and f"{'document' if document else 'memory'} {item.key!r} ({problem})"
 
     return [problem for problem in client.map(check, [*corpus.documents, *corpus.memories]) if problem]
 
@@ -232,6 +248,15 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
             continue
         adopted = _adopt(client, "/api/v1/documents", project_id, {"path": d.path, "title": d.title},
                          set(ids.documents.values())) if in_doubt else None
+        if adopted:
+            # The server may have stored the document and died before its chunks were all written (v0.28.0 writes
+            # them without a transaction): adopted only when whole, else deleted and written again.
+            problem = _unfound(client, d, adopted, ids, chunking, dialect)
+            if problem:
+                _delete(client, f"/api/v1/documents/{adopted}", f"document {d.key!r} (id {adopted})", problem)
+                log(f"seed: document {d.key!r} (id {adopted}) was left incomplete by the stopped seed ({problem}): "
+                    "deleted, and written again")
+                adopted = None
         if not adopted:
             body = {"project_id": project_id, "content": d.content, "path": d.path or None,
                     "title": d.title or None, "tags": dict(d.tags) or None, "chunk_strategy": chunking.strategy}
