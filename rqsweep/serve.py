@@ -537,6 +537,8 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             write_fault = fault if server.old_server and url.path in OLD_WRITE_FAULTS.get(fault, ()) else None
             if fault == EMBEDDER_FAULT and write_fault is None:
                 time.sleep(server.faults.slow_seconds)
+                if server.old_server:  # v0.28.0 does not catch the failure: its catch-all answers
+                    return self._answer(500, ApiError(500, "INTERNAL_ERROR", OPAQUE_500).body())
                 return self._answer(502, ApiError(502, "AI_PROVIDER_ERROR", "embedding the query failed: the "
                                                   "embedding provider is unreachable (injected fault)").body())
             if fault == "slow":

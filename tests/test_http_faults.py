@@ -97,19 +97,27 @@ class _EmbedderDown(Faults):
         return EMBEDDER_FAULT
 
 
-@pytest.mark.parametrize("after", [0, 1 + 20 * 3], ids=["from the probe on", "mid-run"])
-def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, after):
+_V0_28_0_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.2, 0.3], "include_off": True}}}
+
+
+@pytest.mark.parametrize("old_server, after", [(False, 0), (False, 1 + 20 + 20 * 3), (True, 0), (True, 2 + 20 + 20 * 2)],
+                         ids=["from the probe on", "mid-run", "v0.28.0 from the probe on", "v0.28.0 mid-run"])
+def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, old_server, after):
     """Before, each search was retried and the run stopped only on `max_consecutive_failures` final failures
-    (here 20 x 5 attempts of 0.3 s each), saying nothing of the embedder."""
+    (here 20 x 5 attempts of 0.3 s each), saying nothing of the embedder; v0.28.0's opaque 500 went unrecognised."""
     write_corpus(tmp_path)
-    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+    with serving(write_config(tmp_path, "embedded", EMBEDDED), old_server=old_server) as server:
         config = write_config(tmp_path, "down", http_backend(server.url, mode="direct", retries=4,
-                                                             max_consecutive_failures=20))
+                                                             max_consecutive_failures=20),
+                              _V0_28_0_SWEEP if old_server else None)
         server.faults = down = _EmbedderDown(server, after)
         assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
         err = capsys.readouterr().err
-        assert f"SOAT at {server.url} cannot embed: {EMBEDDER_FAILURES} answers in a row said its embedding " \
-               "provider failed (last: HTTP 502 AI_PROVIDER_ERROR: embedding the query failed" in err
+        said = (f"answered {EMBEDDER_FAILURES} requests in a row with HTTP 500 INTERNAL_ERROR: Internal Server Error, "
+                "its answer to an unexpected error: SOAT v0.28.0 answers so when its embedding provider is down"
+                if old_server else f"cannot embed: {EMBEDDER_FAILURES} answers in a row said its embedding provider "
+                "failed (last: HTTP 502 AI_PROVIDER_ERROR: embedding the query failed")
+        assert f"SOAT at {server.url} {said}" in err
         assert down.failed < EMBEDDER_FAILURES + 4  # the searches in flight (max_in_flight 4) end too
         assert "Traceback" not in err
         if not after:  # stopped at the probe, before any search: no run folder to resume is left

@@ -10,7 +10,9 @@ cannot be a per-search accident stops the run with `BackendError`: no connection
 ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
 or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later), or
 `EMBEDDER_FAILURES` answers in a row saying that the server's embedding provider failed (each takes the
-provider's timeouts, about 6 s on SOAT, and every search needs it: resume the run once it embeds again).
+provider's timeouts, about 6 s on SOAT, and every search needs it: resume the run once it embeds again), or
+that many in a row of v0.28.0's opaque `500 INTERNAL_ERROR "Internal Server Error"`, its answer when the
+provider is down (or its database: the stop names both).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ _PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
 # How SOAT says that its embedding provider failed: newer releases with AI_PROVIDER_ERROR, every release
 # with a message about embedding (or, before any provider is set, EMBEDDING_NOT_CONFIGURED).
 _EMBEDDER_CODES = {"AI_PROVIDER_ERROR", "EMBEDDING_NOT_CONFIGURED"}
+# v0.28.0 answers any unexpected error with this, its embedding provider's failure included (after its ~6 s of
+# timeouts): no code or word says which.
+OPAQUE_MESSAGE = "Internal Server Error"
 EMBEDDER_FAILURES = 4  # attempts in a row, any request's: a few, so a lone provider hiccup does not stop a run
 # What one answer may hold. A search answer at SOAT's largest limit is a few hundred kB, a listing page less:
 # anything near this is a proxy's or a broken server's, and reading it whole would hold it all in memory.
@@ -310,18 +315,25 @@ class SoatClient:
             self._consecutive_failures = self._embedder_failures = 0
 
     def _note_embedder(self, failure: RequestFailed) -> None:
-        """Count an answer that says the server could not embed; `EMBEDDER_FAILURES` in a row stop the run."""
-        if not embedder_failed(failure):
+        """Count an answer that says (or, opaque, may say) that the server could not embed; `EMBEDDER_FAILURES` in
+        a row stop the run."""
+        opaque = (failure.status, failure.code) == (500, "INTERNAL_ERROR") and str(failure).endswith(OPAQUE_MESSAGE)
+        if not (opaque or embedder_failed(failure)):
             with self._failure_lock:
                 self._embedder_failures = 0
             return
+        check = ("check the provider it embeds with (SOAT's EMBEDDING_PROVIDER and EMBEDDING_MODEL, and the "
+                 "provider's own service)")
         with self._failure_lock:
             self._embedder_failures += 1
             if self._embedder_failures >= EMBEDDER_FAILURES and not self._stopped:
-                self._stopped = (f"SOAT at {self.base_url} cannot embed: {self._embedder_failures} answers in a row "
-                                 f"said its embedding provider failed (last: {failure}); stopping: check the "
-                                 "provider it embeds with (SOAT's EMBEDDING_PROVIDER and EMBEDDING_MODEL, and the "
-                                 "provider's own service)")
+                self._stopped = (
+                    f"SOAT at {self.base_url} answered {self._embedder_failures} requests in a row with {failure}, "
+                    "its answer to an unexpected error: SOAT v0.28.0 answers so when its embedding provider is down "
+                    f"(after about 6 s) or its database is; stopping: {check}, its database, and the server's log"
+                    if opaque else
+                    f"SOAT at {self.base_url} cannot embed: {self._embedder_failures} answers in a row said its "
+                    f"embedding provider failed (last: {failure}); stopping: {check}")
         if self._stopped:
             raise BackendError(self._stopped)
 
