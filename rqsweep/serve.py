@@ -1,8 +1,8 @@
 """`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
 
 Routes: login, projects, documents (create, list per project, delete), memory stores, memories (create, and
-list per project), knowledge search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
-status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
+list per project), knowledge search with `signals`, and `/health`. Errors use SOAT's body
+`{"error": {"code", "message", "meta"?}}` and status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
 "Unknown field(s): a, b" with `error.meta.unknownFields`. Knob values the server cannot use fall back to the
 defaults silently, as SOAT's do. Callers are authenticated before their request body is read, and bodies over
 `MAX_BODY_BYTES` are refused unread (413). For tests and demos: seeded fault injection (500, 429 with

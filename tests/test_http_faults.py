@@ -100,7 +100,8 @@ class _EmbedderDown(Faults):
 _V0_28_0_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.2, 0.3], "include_off": True}}}
 
 
-@pytest.mark.parametrize("old_server, after", [(False, 0), (False, 1 + 20 + 20 * 3), (True, 0), (True, 2 + 20 + 20 * 2)],
+@pytest.mark.parametrize("old_server, after", [(False, 0), (False, 1 + 20 + 20 * 3), (True, 0),
+                                               (True, 2 + 20 + 20 * 2)],
                          ids=["from the probe on", "mid-run", "v0.28.0 from the probe on", "v0.28.0 mid-run"])
 def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, old_server, after):
     """Before, each search was retried and the run stopped only on `max_consecutive_failures` final failures
