@@ -20,7 +20,7 @@ from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
-from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
+from rqsweep.errors import BackendError, BackendRefused, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
 from rqsweep.files import ParquetGroups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs, with_study
@@ -314,6 +314,9 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
             kind, until = ((BackendError, "the backend answers again") if isinstance(exc, BackendError) else
                            (OutputError, "the folder can be written again (space freed, or made writable)"))
+            if isinstance(exc, BackendRefused):
+                raise BackendRefused(f"{exc}; finished work is kept in {run_dir}; this is no passing outage: --resume "
+                                     "meets the same answer until what it names is fixed") from None
             if isinstance(exc, (BackendError, OutputError)) and not isinstance(exc, SearchesFailed):
                 raise kind(f"{exc}; finished work is kept in {run_dir}; once {until}, "
                            f"continue with: rqsweep {config.path} --resume {run_dir}") from None

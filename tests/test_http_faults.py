@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from rqsweep import cli, job, serve
 from rqsweep.backends.http import backend as http_backend_module
@@ -129,6 +130,24 @@ def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, ca
         server.faults = Faults()  # the provider is back: the run resumes to its end
         assert cli.main([str(config), "--resume", str(run_dir), "--quiet"]) == 0
     assert pl.read_parquet(run_dir / "grid.parquet")["errors"].sum() == 0
+
+
+def test_a_refusal_that_would_repeat_does_not_advise_resuming_once_the_server_answers(tmp_path, capsys):
+    """A 4xx other than a timeout, a rate limit or the credentials is the server's answer to that very request:
+    resuming sends it again. Here a document over the server's body limit (413)."""
+    write_corpus(tmp_path)
+    corpus = yaml.safe_load((tmp_path / "corpus.yaml").read_text())
+    corpus["documents"].insert(2, {"key": "doc-huge", "path": "/huge.md", "content": "word " * 300_000})
+    (tmp_path / "corpus.yaml").write_text(yaml.safe_dump(corpus))
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        config = write_config(tmp_path, "huge", http_backend(server.url))
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    run_dir = _run_dir(tmp_path / "out", "huge")
+    assert "seeding stopped at document 'doc-huge': /api/v1/documents answered HTTP 413 PAYLOAD_TOO_LARGE" in err
+    assert (f"finished work is kept in {run_dir}; this is no passing outage: --resume meets the same answer until "
+            "what it names is fixed") in err
+    assert "once the backend answers again" not in err
 
 
 def test_unreachable_server_and_rejected_password_fail_fast_with_exit_3(tmp_path, monkeypatch, capsys):

@@ -30,7 +30,7 @@ from typing import Callable, Iterable, TypeVar
 import httpx
 
 from rqsweep.backends.http.auth import Session, Target
-from rqsweep.errors import BackendError
+from rqsweep.errors import BackendError, BackendRefused
 from rqsweep.pacing import Pacer
 from rqsweep.scrub import scrub_secrets
 
@@ -154,6 +154,13 @@ def _error_of(response: httpx.Response, content: bytes, scrub: Callable[[str], s
                              code if isinstance(code, str) else None, error.get("meta"))
     return RequestFailed(f"HTTP {response.status_code} without SOAT's error body ({_content_type(response)})",
                          response.status_code)
+
+
+def backend_error(message: str, failure: RequestFailed) -> BackendError:
+    """The error that stops a run on `failure`: `BackendRefused` for a 4xx that asking again gets again (not a
+    timeout, a rate limit or the credentials)."""
+    repeats = failure.status is not None and 400 <= failure.status < 500 and failure.status not in (401, 403, 408, 429)
+    return (BackendRefused if repeats else BackendError)(message)
 
 
 def embedder_failed(failure: RequestFailed) -> bool:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from rqsweep import __version__
-from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.client import RequestFailed, SoatClient, backend_error
 from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect, SearchScope, search_body
 from rqsweep.errors import BackendError
 from rqsweep.knobs import KNOBS, MIN_SIMILARITY, RRF_K, Knobs
@@ -116,7 +116,7 @@ def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
         except RequestFailed as exc:
             unknown = _unknown_fields(exc)
             if not unknown:
-                raise BackendError(f"probe search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+                raise backend_error(f"probe search at {client.base_url}{SEARCH_PATH} failed: {exc}", exc) from None
             dialect = _adapt(body, dialect, rejected, unknown, str(exc), client.base_url)
     else:
         raise BackendError(f"SOAT at {client.base_url} kept rejecting the probe search's fields")
@@ -145,7 +145,7 @@ def recheck_results(client: SoatClient, profile: ServerProfile, query: str, scop
     try:
         reply = client.request("POST", SEARCH_PATH, body)
     except RequestFailed as exc:
-        raise BackendError(f"search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+        raise backend_error(f"search at {client.base_url}{SEARCH_PATH} failed: {exc}", exc) from None
     results = reply.body.get("results") if isinstance(reply.body, dict) else None
     return replace(profile, replay_missing=_replay_missing(results if isinstance(results, list) else []))
 

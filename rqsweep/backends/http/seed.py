@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.client import RequestFailed, SoatClient, backend_error
 from rqsweep.backends.http.config import SeedConfig
 from rqsweep.config import Chunking
 from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, Hit, SearchScope, parse_hits, search_body
 from rqsweep.corpus import Corpus, Document, Memory, chunk_document
 from rqsweep.engine.index import MAX_LIMIT
-from rqsweep.errors import BackendError, InputError
+from rqsweep.errors import BackendError, BackendRefused, InputError
 from rqsweep.files import read_data
 from rqsweep.files import write_json
 from rqsweep.knobs import Knobs
@@ -82,7 +82,7 @@ def _post(client: SoatClient, path: str, body: dict, what: str) -> dict:
     try:
         reply = client.request("POST", path, body, idempotent=False)
     except RequestFailed as exc:
-        raise BackendError(f"seeding stopped at {what}: {path} answered {exc}") from None
+        raise backend_error(f"seeding stopped at {what}: {path} answered {exc}", exc) from None
     if not isinstance(reply.body, dict) or not isinstance(reply.body.get("id"), str):
         raise BackendError(f"seeding stopped at {what}: {path} answered without an `id`")
     return reply.body
@@ -95,8 +95,8 @@ def _existing_content(client: SoatClient, project_id: str, dialect: Dialect) -> 
             counts.append(len(listing(client.request("GET", path, params={"project_id": project_id,
                                                                           "limit": 1}).body)))
         except RequestFailed as exc:
-            raise BackendError(f"cannot tell whether project {project_id} is empty ({path}: {exc}); set "
-                               "backend.seed.allow_existing_content: true to seed anyway") from None
+            raise backend_error(f"cannot tell whether project {project_id} is empty ({path}: {exc}); set "
+                                "backend.seed.allow_existing_content: true to seed anyway", exc) from None
     return counts[0], counts[1]
 
 
@@ -154,8 +154,8 @@ def _delete(client: SoatClient, path: str, what: str, problem: str) -> None:
     try:
         client.request("DELETE", path)
     except RequestFailed as exc:
-        raise BackendError(f"seeding: {what} was left incomplete by the stopped seed ({problem}), and deleting it "
-                           f"failed ({exc}): delete it, then resume") from None
+        raise backend_error(f"seeding: {what} was left incomplete by the stopped seed ({problem}), and deleting it "
+                            f"failed ({exc}): delete it, then resume", exc) from None
 
 
 def _entry_tags(tags: dict[str, str], dialect: Dialect) -> object:
@@ -193,7 +193,7 @@ def _unfound(client: SoatClient, item: Document | Memory, item_id: str, ids: IdM
     try:
         hits = client.request("POST", SEARCH_PATH, body, read=lambda payload: parse_hits(payload, dialect)).body
     except RequestFailed as exc:
-        raise BackendError(f"checking the seeded {item.key!r}: the search failed: {exc}") from None
+        raise backend_error(f"checking the seeded {item.key!r}: the search failed: {exc}", exc) from None
     if isinstance(item, Document):
         found = len({h.item_id for h in hits if h.target_id == item_id and _by_vector(h)})
         return None if found >= min(len(chunks), MAX_LIMIT) else f"{found} of {len(chunks)} chunks found"
@@ -298,7 +298,7 @@ def seed_corpus(client: SoatClient, corpus: Corpus, config: SeedConfig, project_
                 "near-duplicate; the golden set's expectations on it may not hold")
     missing = unsearchable(client, corpus, ids, chunking, dialect)
     if missing:
-        raise BackendError(f"seeding: {len(missing)} seeded items cannot be found by the server's vector search: "
+        raise BackendRefused(f"seeding: {len(missing)} seeded items cannot be found by the server's vector search: "
                            f"{', '.join(missing[:20])}{' ...' if len(missing) > 20 else ''}; the server stored them "
                            "without an embedding (its embedding provider failed during the seed?): once it embeds "
                            f"again, delete project {project_id} and seed anew")
