@@ -1,7 +1,7 @@
 """`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
 
 Routes: login, projects, documents (create, list per project, delete), memory stores, memories (create, and
-list per project), knowledge search with `signals`, and `/health`. Errors use SOAT's body
+list per project), knowledge search with `signals`, embeddings, and `/health`. Errors use SOAT's body
 `{"error": {"code", "message", "meta"?}}` and status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
 "Unknown field(s): a, b" with `error.meta.unknownFields`. Knob values the server cannot use fall back to the
 defaults silently, as SOAT's do. Callers are authenticated before their request body is read, and bodies over
@@ -57,8 +57,10 @@ OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "docume
 _DOCUMENT_FIELDS = {"project_id", "content", "path", "title", "tags", "metadata", "chunk_strategy", "chunk_size",
                     "chunk_overlap"}
 # The fields each POST route takes; any other is refused (400, VALIDATION_FAILED).
+_EMBEDDINGS_PATH = "/api/v1/embeddings"
 MODERN_POST_FIELDS = {
     SEARCH_PATH: MODERN_FIELDS,
+    _EMBEDDINGS_PATH: {"input", "inputs"},
     "/api/v1/projects": {"name"},
     "/api/v1/documents": _DOCUMENT_FIELDS,
     "/api/v1/memory-stores": {"project_id", "name", "tags", "duplicate_threshold", "supersede_threshold"},
@@ -67,6 +69,7 @@ MODERN_POST_FIELDS = {
 # v0.28.0's request schemas (rest/openapi/v1/*.yaml): the near-duplicate threshold is an entry's, not its container's.
 OLD_POST_FIELDS = {
     SEARCH_PATH: OLD_FIELDS,
+    _EMBEDDINGS_PATH: {"input", "inputs"},
     "/api/v1/projects": {"name"},
     "/api/v1/documents": _DOCUMENT_FIELDS | {"filename"},
     "/api/v1/memories": {"project_id", "name", "description", "tags"},
@@ -290,6 +293,7 @@ class SoatServer:
             ("POST", "/api/v1/documents"): self._create_document,
             ("GET", "/api/v1/documents"): self._list_documents,
             ("POST", SEARCH_PATH): self._search,
+            ("POST", _EMBEDDINGS_PATH): self._embeddings,
         }
         if self.old_server:  # a memory is a container of entries
             routes |= {("POST", "/api/v1/memories"): self._create_memory_store,
@@ -413,6 +417,18 @@ class SoatServer:
         action, memory = self.store.create_memory(store.id, content, tags, duplicate_threshold=duplicate_threshold,
                                                   embedded=embedded)
         return (201 if action == "created" else 200), {"id": memory.id, "action": action, container: store.id}
+
+    def _embeddings(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        """The store's embedder's vectors: `{embedding}` for `input`, `{embeddings}` for `inputs`."""
+        single, batch = body.get("input"), _strings(body, "inputs")
+        if not isinstance(single, str) and not batch:
+            raise _invalid("At least one of `input` (string) or `inputs` (string[]) is required.")
+        answer = {}
+        if isinstance(single, str):
+            answer["embedding"] = self.store.embedder.embed([single])[0].tolist()
+        if batch:
+            answer["embeddings"] = self.store.embedder.embed(batch).tolist()
+        return 200, answer
 
     def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         query = body.get("query")

@@ -188,8 +188,9 @@ def test_seeding_with_memories_and_a_floor_sweep_record_the_server_profile(tmp_p
         "field_names": {"min_similarity": "min_score", "memory_store_ids": "memory_ids", "memory_id": "entry_id",
                         "/api/v1/memory-stores": "/api/v1/memories", "/api/v1/memories": "/api/v1/memory-entries",
                         "memory_store_id": "memory_id"},
-        "include_flags": False, "signals": False, "mode": "direct"}
+        "include_flags": False, "signals": False, "mode": "direct", "embedder": profile["embedder"]}
     assert "VALIDATION_FAILED" in profile["knobs_refused"]["rrf_k"]
+    assert re.fullmatch(r"1024 dims, [0-9a-f]{12}", profile["embedder"])  # the serve's feature hash
     for table in ("grid", "queries"):
         metadata = pq.read_schema(run_dir / f"{table}.parquet").metadata
         assert json.loads(metadata[b"rqsweep.server_profile"]) == profile
@@ -197,7 +198,7 @@ def test_seeding_with_memories_and_a_floor_sweep_record_the_server_profile(tmp_p
                 "older names (min_similarity as min_score, ")
     for report in ("report.md", "report.html"):
         text = (run_dir / report).read_text()
-        assert sentence in text and "results without signals; direct mode" in text
+        assert sentence in text and f"results without signals; embedder {profile['embedder']}; direct mode" in text
     assert (run_dir / "report.md").read_text().split("\n\n")[1].startswith(f"Rankings from {sentence}")
 
 
