@@ -5,8 +5,8 @@ does (an updated memory moves to the end, as an UPDATE's new tuple would). Each 
 with its own strategy; the engine then indexes the chunks whole. Timestamps come from one clock, which
 can be frozen so that a corpus seeded over HTTP has the ages (zero) of an embedded run. Releases
 before the hybrid ranking rank by cosine alone (`pure_cosine`). Those releases store a row whose embedding
-failed without one: such rows (`unembedded`) are left out of the index, which pure cosine ranking never
-finds them in either.
+failed without one (`unembedded`): left out of the index, such rows come after every embedded one with a score
+of 0, as v0.28.0 sorts a NULL distance last and scores it `1 - 1`.
 """
 
 from __future__ import annotations
@@ -233,6 +233,20 @@ class SoatStore:
         index.stores["memory"].updated_at_ms[:] = [round(m.updated_at.timestamp() * 1000) for m in mems]
         return index
 
+    def _unembedded(self, project_id: str | None, filters: Filters) -> list[SearchResult]:
+        """The rows in scope stored without an embedding, as v0.28.0 returns them after the rest: documents', then
+        (when stores are named) memories', each in write order, scored 0."""
+        with self._lock:
+            chunks = [(d, i, text) for d in self.documents.values() for i, text in enumerate(d.chunks)
+                      if _chunk_key(d.id, i) in self.unembedded and (project_id is None or d.project_id == project_id)
+                      and (filters.document_ids is None or d.id in filters.document_ids)
+                      and (filters.document_paths is None or any(d.path.startswith(p) for p in filters.document_paths))]
+            memories = [m for m in self.memories.values() if m.id in self.unembedded
+                        and filters.memory_store_ids is not None and m.store_id in filters.memory_store_ids]
+        return ([SearchResult("document", _chunk_key(d.id, i), None, text, 0.0, 0.0, {}, d.created_at, 1.0)
+                 for d, i, text in chunks] +
+                [SearchResult("memory", m.id, None, m.content, 0.0, 0.0, {}, m.updated_at, 1.0) for m in memories])
+
     def search(self, project_id: str | None, query: str, knobs: Knobs, limit: int, filters: Filters,
                pure_cosine: bool = False) -> list[Found]:
         """SOAT's knowledge search over one project (or every project when `project_id` is None).
@@ -249,8 +263,12 @@ class SoatStore:
         scope = Scope(dict(filters.tags), filters.include_documents, filters.include_memories,
                       None if filters.memory_store_ids is None else tuple(filters.memory_store_ids),
                       None if filters.document_paths is None else tuple(filters.document_paths), document_keys)
-        results = (_cosine_search(index, query, knobs.min_similarity, limit, scope) if pure_cosine
-                   else index.search(query, knobs, limit, scope, now=self.clock()))
+        if pure_cosine:
+            results = _cosine_search(index, query, knobs.min_similarity, limit, scope)
+            if not knobs.min_similarity:  # v0.28.0 keeps a score of 0 unless the floor is above it
+                results += self._unembedded(project_id, filters)[:limit - len(results)]
+        else:
+            results = index.search(query, knobs, limit, scope, now=self.clock())
         found = []
         for r in results:
             if r.source_type == "document":

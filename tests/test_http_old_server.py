@@ -329,8 +329,12 @@ def test_a_seed_through_an_embedding_outage_stops_naming_the_items_stored_withou
         dialect = probe(client, "pager", SearchScope()).dialect
         with pytest.raises(BackendError) as stopped:
             seed_corpus(client, corpus, SeedConfig(), None, "outage", lambda _: None, dialect, journal)
+        document, memory = corpus.documents[2].key, corpus.memories[1].key
+        (document_id,) = [e["id"] for e in journal.entries if e.get("key") == document]
+        found = client.request("POST", SEARCH_PATH, {"query": "pager", "limit": 100,
+                                                     "document_ids": [document_id]}).body["results"]
+        assert [r["similarity_score"] for r in found] == [0.0] * 3  # as v0.28.0 returns them: found, scored 0
         client.close()
-    document, memory = corpus.documents[2].key, corpus.memories[1].key
     assert (f"2 seeded items cannot be found by the server's vector search: document {document!r} (0 of 3 chunks "
             f"found), memory {memory!r} (not found); the server stored them without an embedding") in str(stopped.value)
 

@@ -173,8 +173,9 @@ def age_warning(corpus: Corpus) -> str | None:
 
 def _by_vector(hit: Hit) -> bool:
     """Whether the vector channel found a hit: its signal says so, or (a server without signals ranks by
-    cosine alone) it has a similarity."""
-    return hit.vector is not None or (hit.lexical is None and hit.similarity is not None)
+    cosine alone) its similarity is above 0. v0.28.0 returns a row without an embedding after the rest, scored
+    0; a row with one, searched with its own or its document's text, is far above that."""
+    return hit.vector is not None or (hit.lexical is None and (hit.similarity or 0.0) > 0.0)
 
 
 def _unfound(client: SoatClient, item: Document | Memory, item_id: str, ids: IdMap, chunking: Chunking,
