@@ -349,12 +349,13 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         backend = build_backend(config, inputs.golden, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
                                 advance=progress.part, phase=progress.phase)
-    except BaseException:
+    except BaseException as exc:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server or
         # the candidates extracted so far.
         if resumed or not remove_if_bare(run_dir):
+            resume = "" if isinstance(exc, BackendRefused) else f": continue with --resume {run_dir}"
             progress.log(f"run folder kept (it records the start's work: writes to the server, or candidates "
-                         f"extracted): continue with --resume {run_dir}")
+                         f"extracted){resume}")
         raise
     if backend.warnings:  # the report reads them from run.json
         record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])
