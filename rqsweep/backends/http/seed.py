@@ -21,8 +21,8 @@ from typing import Callable
 
 from rqsweep.backends.http.client import RequestFailed, SoatClient, backend_error
 from rqsweep.backends.http.config import SeedConfig
-from rqsweep.config import Chunking
 from rqsweep.backends.http.mapping import SEARCH_PATH, Dialect, Hit, SearchScope, parse_hits, search_body
+from rqsweep.config import Chunking
 from rqsweep.corpus import Corpus, Document, Memory, chunk_document
 from rqsweep.engine.index import MAX_LIMIT
 from rqsweep.errors import BackendError, BackendRefused, InputError
