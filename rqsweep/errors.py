@@ -39,6 +39,11 @@ class BackendError(RqsweepError):
     exit_code = 3
 
 
+class BackendRefused(BackendError):
+    """A backend failure that asking again meets again, not a passing outage: a request the server refuses as
+    invalid, a seeded corpus it cannot search. The message says what to fix; `--resume` alone does not help."""
+
+
 class SearchesFailed(BackendError):
     """Searches failed for good in a run that wrote its results all the same (raised after writing): the
     settings they belong to count as incomplete, and `--resume` retries them."""

@@ -20,7 +20,7 @@ from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
 from rqsweep.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
-from rqsweep.errors import BackendError, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
+from rqsweep.errors import BackendError, BackendRefused, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
 from rqsweep.files import ParquetGroups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs, with_study
@@ -341,6 +341,9 @@ def run_inputs(inputs: Inputs, progress: Progress, started: float, *, workers: i
                 raise Interrupted(getattr(interrupt, "signal_number", signal.SIGINT), run_dir, config.path) from None
             kind, until = ((BackendError, "the backend answers again") if isinstance(exc, BackendError) else
                            (OutputError, "the folder can be written again (space freed, or made writable)"))
+            if isinstance(exc, BackendRefused):
+                raise BackendRefused(f"{exc}; finished work is kept in {run_dir}; this is no passing outage: --resume "
+                                     "meets the same answer until what it names is fixed") from None
             if isinstance(exc, (BackendError, OutputError)) and not isinstance(exc, SearchesFailed):
                 raise kind(f"{exc}; finished work is kept in {run_dir}; once {until}, "
                            f"continue with: rqsweep {config.path} --resume {run_dir}") from None
@@ -373,12 +376,13 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         backend = build_backend(config, inputs.searched, inputs.corpus, log=progress.log, run_dir=run_dir,
                                 workers=config.workers if workers is None else replace(config.workers, n=workers),
                                 advance=progress.part, phase=progress.phase)
-    except BaseException:
+    except BaseException as exc:
         # Nothing was evaluated: leave no half-made run folder behind, unless it records writes to a server or
         # the candidates extracted so far.
         if resumed or not remove_if_bare(run_dir):
+            resume = "" if isinstance(exc, BackendRefused) else f": continue with --resume {run_dir}"
             progress.log(f"run folder kept (it records the start's work: writes to the server, or candidates "
-                         f"extracted): continue with --resume {run_dir}")
+                         f"extracted){resume}")
         raise
     if backend.warnings:  # the report reads them from run.json
         record = replace(record, warnings=[*(record.warnings or []), *backend.warnings])

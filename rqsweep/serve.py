@@ -1,15 +1,17 @@
 """`rqsweep serve CONFIG`: the embedded engine behind the subset of SOAT's HTTP API that rqsweep uses.
 
-Routes: login, projects, documents, memory stores, memories (create, and list per project), knowledge
-search with `signals`, and `/health`. Errors use SOAT's body `{"error": {"code", "message", "meta"?}}` and
-status codes. Knob values the server cannot use fall back to the defaults silently, as SOAT's do. Callers are
-authenticated before their request body is read, and bodies over `MAX_BODY_BYTES` are refused unread (413).
-For tests and demos: seeded fault injection (500, 429 with Retry-After, slow answers, dropped connections), a
-frozen clock, `--die-after N` searches, and `--old-server`: SOAT v0.28.0, the newest public release, measured
-from outside: pure cosine ranking with `min_score` applied after the top-`limit` cut, `memory_ids`, no `tags`
-filter and no `include_*` flags (unknown fields: 400 with `error.meta.unknownFields`), results without
-`signals` naming the memory `entry_id`; memory containers at `/api/v1/memories {project_id, name}`, entries
-at `/api/v1/memory-entries {memory_id, content, tags: [string]}`; unknown routes: 404 in plain text.
+Routes: login, projects, documents (create, list per project, delete), memory stores, memories (create, and
+list per project), knowledge search with `signals`, embeddings, and `/health`. Errors use SOAT's body
+`{"error": {"code", "message", "meta"?}}` and status codes. Every POST refuses a field its route does not take, as SOAT does: 400 `VALIDATION_FAILED`
+"Unknown field(s): a, b" with `error.meta.unknownFields`. Knob values the server cannot use fall back to the
+defaults silently, as SOAT's do. Callers are authenticated before their request body is read, and bodies over
+`MAX_BODY_BYTES` are refused unread (413). For tests and demos: seeded fault injection (500, 429 with
+Retry-After, slow answers, dropped connections), a frozen clock, `--die-after N` searches, and `--old-server`:
+SOAT v0.28.0, the newest public release: pure cosine ranking with `min_score` applied after the top-`limit`
+cut, `memory_ids`, no `tags` filter and no `include_*` flags, results without `signals` naming the memory
+`entry_id`; memory containers at `/api/v1/memories {project_id, name, description?, tags?}`, entries at
+`/api/v1/memory-entries {memory_id, content, tags: [string], duplicate_threshold?}` (the near-duplicate
+threshold is each entry's, default 0.95); unknown routes: 404 in plain text.
 
 The stdlib's ThreadingHTTPServer is enough here: the work per request is the engine's, not the server's,
 and it keeps the test suite free of another dependency.
@@ -45,17 +47,46 @@ from rqsweep.golden import load_golden
 from rqsweep.engine.index import clamp_limit
 from rqsweep.errors import RqsweepError
 from rqsweep.knobs import DEFAULT_RRF_K, KNOBS, Knobs
-from rqsweep.soat_store import Filters, Found, SoatStore, frozen_clock, system_clock
+from rqsweep.soat_store import DUPLICATE_THRESHOLD, Filters, Found, SoatStore, frozen_clock, system_clock
 from rqsweep.progress import Progress
 
 MODERN_FIELDS = {"project_id", "query", "limit", *KNOBS, "tags",
                  "memory_store_ids", "document_paths", "document_ids", "include_documents", "include_memories"}
 # Releases before the hybrid ranking: no rrf_k, recency, tags or include flags; older names for the rest.
 OLD_FIELDS = {"project_id", "query", "limit", "min_score", "memory_ids", "document_paths", "document_ids"}
+_DOCUMENT_FIELDS = {"project_id", "content", "path", "title", "tags", "metadata", "chunk_strategy", "chunk_size",
+                    "chunk_overlap"}
+# The fields each POST route takes; any other is refused (400, VALIDATION_FAILED).
+_EMBEDDINGS_PATH = "/api/v1/embeddings"
+MODERN_POST_FIELDS = {
+    SEARCH_PATH: MODERN_FIELDS,
+    _EMBEDDINGS_PATH: {"input", "inputs"},
+    "/api/v1/projects": {"name"},
+    "/api/v1/documents": _DOCUMENT_FIELDS,
+    "/api/v1/memory-stores": {"project_id", "name", "tags", "duplicate_threshold", "supersede_threshold"},
+    "/api/v1/memories": {"memory_store_id", "content", "tags"},
+}
+# v0.28.0's request schemas (rest/openapi/v1/*.yaml): the near-duplicate threshold is an entry's, not its container's.
+OLD_POST_FIELDS = {
+    SEARCH_PATH: OLD_FIELDS,
+    _EMBEDDINGS_PATH: {"input", "inputs"},
+    "/api/v1/projects": {"name"},
+    "/api/v1/documents": _DOCUMENT_FIELDS | {"filename"},
+    "/api/v1/memories": {"project_id", "name", "description", "tags"},
+    "/api/v1/memory-entries": {"memory_id", "content", "source_type", "tags", "metadata", "duplicate_threshold"},
+}
 FAULT_KINDS = ("500", "429", "slow", "drop")
-# Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts.
+# Asked for by name only: SOAT with its embedding provider down, failing each search after the provider's timeouts;
+# v0.28.0 (--old-server) stores what it writes then without an embedding, and answers as usual.
 EMBEDDER_FAULT = "embedder"
+# Asked for by name only: v0.28.0's database dying during a document write, which it makes without a transaction:
+# the document's row stays, without its chunks, and the answer is a 500.
+TORN_FAULT = "torn-document"
+# The writes each fault changes on v0.28.0 (--old-server), rather than answering in their place.
+OLD_WRITE_FAULTS = {EMBEDDER_FAULT: {"/api/v1/documents", "/api/v1/memory-entries"}, TORN_FAULT: {"/api/v1/documents"}}
+OPAQUE_500 = "Internal Server Error"  # v0.28.0's message on any unexpected error (INTERNAL_ERROR, 500)
 LOGIN_PATH = "/api/v1/users/login"
+DOCUMENTS_PATH = "/api/v1/documents"
 HEALTH_PATH = "/health"
 PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
 # Searches and seeding writes are a few kB; a document beyond this is refused (413) like any oversized body.
@@ -164,6 +195,13 @@ def _env_number(name: str, default: float, valid: Callable[[float], bool]) -> fl
     return value if math.isfinite(value) and valid(value) else default
 
 
+def _refuse_unknown(body: dict, allowed: set[str]) -> None:
+    """v0.28.0's answer to fields its request schema does not declare, named in the order they were sent."""
+    unknown = [k for k in body if k not in allowed]
+    if unknown:
+        raise _invalid(f"Unknown field(s): {', '.join(unknown)}", unknownFields=unknown)
+
+
 def _strings(body: dict, name: str) -> list[str] | None:
     value = body.get(name)
     if value is None:
@@ -236,8 +274,9 @@ class SoatServer:
         return None if (method, path) in PUBLIC_ROUTES else self.accounts.caller(authorization)
 
     def handle(self, method: str, path: str, query: dict[str, list[str]], body: object,
-               caller: tuple[bool, str | None] | None) -> tuple[int, object]:
-        """Answer one request from `caller`, as `authenticate` found it."""
+               caller: tuple[bool, str | None] | None, write_fault: str | None = None) -> tuple[int, object]:
+        """Answer one request from `caller`, as `authenticate` found it; `write_fault`: one of `OLD_WRITE_FAULTS`
+        befalls this write."""
         if (method, path) == ("POST", LOGIN_PATH):
             body = self._object(body)
             token = self.accounts.login(body.get("username"), body.get("password"))
@@ -246,12 +285,15 @@ class SoatServer:
             return 200, {"status": "ok"} | ({"version": self.version} if self.version else {})
         assert caller is not None, f"{method} {path} is a public route without an answer"
         admin, confined = caller
+        if method == "DELETE" and path.startswith(DOCUMENTS_PATH + "/"):
+            return self._delete_document(path.removeprefix(DOCUMENTS_PATH + "/"), confined)
         routes = {
             ("POST", "/api/v1/projects"): self._create_project,
             ("GET", "/api/v1/projects"): self._list_projects,
             ("POST", "/api/v1/documents"): self._create_document,
             ("GET", "/api/v1/documents"): self._list_documents,
             ("POST", SEARCH_PATH): self._search,
+            ("POST", _EMBEDDINGS_PATH): self._embeddings,
         }
         if self.old_server:  # a memory is a container of entries
             routes |= {("POST", "/api/v1/memories"): self._create_memory_store,
@@ -267,7 +309,10 @@ class SoatServer:
                            plain=self.old_server)
         if method == "GET":
             body = {k: v[0] for k, v in query.items()}
-        return route(self._object(body), admin, confined)
+        body = self._object(body)
+        if method == "POST":
+            _refuse_unknown(body, (OLD_POST_FIELDS if self.old_server else MODERN_POST_FIELDS)[path])
+        return route(body, admin, confined) if write_fault is None else route(body, admin, confined, write_fault)
 
     @staticmethod
     def _object(body: object) -> dict:
@@ -297,7 +342,8 @@ class SoatServer:
         return 200, {"data": [{"id": p, "name": n} for p, n in self.store.projects.items()
                               if confined is None or p == confined]}
 
-    def _create_document(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+    def _create_document(self, body: dict, admin: bool, confined: str | None,
+                         fault: str | None = None) -> tuple[int, object]:
         project_id = self._project(body, confined)
         content = body.get("content")
         if not isinstance(content, str) or not content:
@@ -309,9 +355,20 @@ class SoatServer:
         if not (isinstance(size, int) and isinstance(overlap, int) and 0 <= overlap < size):
             raise _invalid("chunk_size and chunk_overlap must be integers with 0 <= chunk_overlap < chunk_size")
         doc = self.store.create_document(project_id, content, str(body.get("path") or ""), str(body.get("title") or ""),
-                                         _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap))
+                                         _tags(body), body.get("metadata") or {}, Chunking(strategy, size, overlap),
+                                         embedded=fault != EMBEDDER_FAULT, chunked=fault != TORN_FAULT)
+        if fault == TORN_FAULT:
+            raise ApiError(500, "INTERNAL_ERROR", OPAQUE_500)
         return 201, {"id": doc.id, "project_id": project_id, "path": doc.path, "title": doc.title, "tags": doc.tags,
                      "chunks": len(doc.chunks), "created_at": _iso(doc.created_at)}
+
+    def _delete_document(self, doc_id: str, confined: str | None) -> tuple[int, None]:
+        doc = self.store.documents.get(doc_id)
+        if doc is None:
+            raise ApiError(404, "RESOURCE_NOT_FOUND", "Document not found")
+        self._project({"project_id": doc.project_id}, confined)
+        self.store.delete_document(doc_id)
+        return 204, None
 
     def _list_documents(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         docs = self.store.project_documents(self._project(body, confined))
@@ -334,17 +391,22 @@ class SoatServer:
     def _create_memory(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
         return self._write_memory(body, confined, "memory_store_id", _tags(body))
 
-    def _create_memory_entry(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+    def _create_memory_entry(self, body: dict, admin: bool, confined: str | None,
+                             fault: str | None = None) -> tuple[int, object]:
         tags = body.get("tags")
         if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
             raise _invalid("tags must be an array of strings")
+        threshold = body.get("duplicate_threshold", DUPLICATE_THRESHOLD)
+        if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not 0 <= threshold <= 1:
+            raise _invalid("duplicate_threshold must be a number from 0 to 1")
         # The release searches no entry tags, so they are echoed and kept nowhere else.
-        status, answer = self._write_memory(body, confined, "memory_id", {})
+        status, answer = self._write_memory(body, confined, "memory_id", {}, threshold, fault != EMBEDDER_FAULT)
         return status, answer | {"tags": tags or []}
 
-    def _write_memory(self, body: dict, confined: str | None, container: str,
-                      tags: dict[str, str]) -> tuple[int, dict]:
-        """A memory (an entry, in older releases) written into the container `body[container]` names."""
+    def _write_memory(self, body: dict, confined: str | None, container: str, tags: dict[str, str],
+                      duplicate_threshold: float | None = None, embedded: bool = True) -> tuple[int, dict]:
+        """A memory (an entry, in older releases) written into the container `body[container]` names; skipped
+        as a near-duplicate at `duplicate_threshold` (None: the container's)."""
         store = self.store.stores.get(body.get(container))
         if store is None:
             raise _invalid(f"{container} {body.get(container)!r} does not name a memory container")
@@ -352,14 +414,23 @@ class SoatServer:
         content = body.get("content")
         if not isinstance(content, str) or not content:
             raise _invalid("content is required")
-        action, memory = self.store.create_memory(store.id, content, tags)
+        action, memory = self.store.create_memory(store.id, content, tags, duplicate_threshold=duplicate_threshold,
+                                                  embedded=embedded)
         return (201 if action == "created" else 200), {"id": memory.id, "action": action, container: store.id}
 
+    def _embeddings(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
+        """The store's embedder's vectors: `{embedding}` for `input`, `{embeddings}` for `inputs`."""
+        single, batch = body.get("input"), _strings(body, "inputs")
+        if not isinstance(single, str) and not batch:
+            raise _invalid("At least one of `input` (string) or `inputs` (string[]) is required.")
+        answer = {}
+        if isinstance(single, str):
+            answer["embedding"] = self.store.embedder.embed([single])[0].tolist()
+        if batch:
+            answer["embeddings"] = self.store.embedder.embed(batch).tolist()
+        return 200, answer
+
     def _search(self, body: dict, admin: bool, confined: str | None) -> tuple[int, object]:
-        allowed = OLD_FIELDS if self.old_server else MODERN_FIELDS
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise _invalid(f"Unknown field(s): {', '.join(unknown)}", unknownFields=unknown)
         query = body.get("query")
         if query is not None and not isinstance(query, str):
             raise _invalid("query must be a string")
@@ -433,7 +504,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, status: int, payload: object, headers: dict[str, str] | None = None) -> None:
             plain = isinstance(payload, str)
-            data = payload.encode() if plain else json.dumps(payload).encode()
+            data = b"" if payload is None else payload.encode() if plain else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/plain; charset=utf-8" if plain else "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -479,8 +550,11 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             if fault == "429":
                 return self._answer(429, {"error": {"code": "RATE_LIMITED", "message": "injected fault"}},
                                     {"Retry-After": str(server.faults.retry_after)})
-            if fault == EMBEDDER_FAULT:
+            write_fault = fault if server.old_server and url.path in OLD_WRITE_FAULTS.get(fault, ()) else None
+            if fault == EMBEDDER_FAULT and write_fault is None:
                 time.sleep(server.faults.slow_seconds)
+                if server.old_server:  # v0.28.0 does not catch the failure: its catch-all answers
+                    return self._answer(500, ApiError(500, "INTERNAL_ERROR", OPAQUE_500).body())
                 return self._answer(502, ApiError(502, "AI_PROVIDER_ERROR", "embedding the query failed: the "
                                                   "embedding provider is unreachable (injected fault)").body())
             if fault == "slow":
@@ -490,7 +564,7 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 return self._answer(400, _invalid("the request body is not valid JSON").body())
             try:
-                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller)
+                status, payload = server.handle(method, url.path, parse_qs(url.query), body, caller, write_fault)
             except ApiError as exc:
                 return self._answer(exc.status, exc.body())
             except Exception as exc:  # noqa: BLE001 - a server answers 500, as SOAT would, and keeps serving
@@ -502,6 +576,9 @@ def _handler(server: SoatServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
 
     return Handler
 
@@ -529,7 +606,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-rate", type=float, default=0.0, help="share of requests answered badly (0..1)")
     p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS),
                    help=f"comma-separated of {', '.join(FAULT_KINDS)} (the default: all of them), {EMBEDDER_FAULT} "
-                        "(a search that fails as SOAT's does with its embedding provider down, after --slow-seconds)")
+                        "(a search that fails as SOAT's does with its embedding provider down, after --slow-seconds; "
+                        "with --old-server, a document or memory entry written then is stored without an "
+                        f"embedding), {TORN_FAULT} (with --old-server: a document write that dies after storing "
+                        "the document, before its chunks, answered 500)")
     p.add_argument("--fault-seed", type=int, default=0)
     p.add_argument("--fault-all-routes", action="store_true", help="faults on every route, not only search")
     p.add_argument("--fault-first", type=int, default=0, metavar="N",
@@ -561,8 +641,9 @@ def main(argv: list[str]) -> int:
     """Run the server until interrupted; prints its URL (and a generated password) on stdout."""
     args = _parser().parse_args(argv)
     kinds = tuple(k.strip() for k in args.fault_kinds.split(",") if k.strip())
-    if not kinds or set(kinds) - {*FAULT_KINDS, EMBEDDER_FAULT} or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
-        print(f"rqsweep serve: --fault-kinds takes {', '.join((*FAULT_KINDS, EMBEDDER_FAULT))}; --fault-rate 0..1; "
+    named = (*FAULT_KINDS, EMBEDDER_FAULT, TORN_FAULT)
+    if not kinds or set(kinds) - set(named) or not 0 <= args.fault_rate <= 1 or args.fault_first < 0:
+        print(f"rqsweep serve: --fault-kinds takes {', '.join(named)}; --fault-rate 0..1; "
               "--fault-first >= 0", file=sys.stderr)
         return 2
     password = os.environ.get(args.password_env)

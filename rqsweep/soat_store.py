@@ -4,7 +4,9 @@ What `rqsweep serve` serves. Rows keep insertion order per table, as a freshly l
 does (an updated memory moves to the end, as an UPDATE's new tuple would). Each document is chunked
 with its own strategy; the engine then indexes the chunks whole. Timestamps come from one clock, which
 can be frozen so that a corpus seeded over HTTP has the ages (zero) of an embedded run. Releases
-before the hybrid ranking rank by cosine alone (`pure_cosine`).
+before the hybrid ranking rank by cosine alone (`pure_cosine`). Those releases store a row whose embedding
+failed without one (`unembedded`): left out of the index, such rows come after every embedded one with a score
+of 0, as v0.28.0 sorts a NULL distance last and scores it `1 - 1`.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class SoatStore:
         self.documents: dict[str, StoredDocument] = {}
         self.stores: dict[str, MemoryStore] = {}
         self.memories: dict[str, StoredMemory] = {}
+        self.unembedded: set[str] = set()  # chunk keys and memory ids stored without an embedding
         self._counters: dict[str, int] = {}
         self._lock = threading.RLock()
         self._indexes: dict[str | None, Index] = {}
@@ -116,15 +119,26 @@ class SoatStore:
 
     def create_document(self, project_id: str, content: str, path: str = "", title: str = "",
                         tags: Mapping[str, str] | None = None, metadata: dict | None = None,
-                        chunking: Chunking = Chunking("whole")) -> StoredDocument:
+                        chunking: Chunking = Chunking("whole"), embedded: bool = True,
+                        chunked: bool = True) -> StoredDocument:
+        """`embedded=False`: its chunks are stored without an embedding; `chunked=False`: without its chunks, as a
+        write cut off between the two leaves it."""
         with self._lock:
             doc_id = self._new_id("doc")
-            chunks = [c.content for c in chunk_document(Document(doc_id, content), chunking)]
+            chunks = [c.content for c in chunk_document(Document(doc_id, content), chunking)] if chunked else []
+            if not embedded:
+                self.unembedded.update(_chunk_key(doc_id, i) for i in range(len(chunks)))
             doc = StoredDocument(doc_id, project_id, content, path, title, dict(tags or {}), dict(metadata or {}),
                                  chunks, self.clock())
             self.documents[doc_id] = doc
             self._indexes.clear()
             return doc
+
+    def delete_document(self, doc_id: str) -> None:
+        with self._lock:
+            doc = self.documents.pop(doc_id)
+            self.unembedded.difference_update(_chunk_key(doc_id, i) for i in range(len(doc.chunks)))
+            self._indexes.clear()
 
     def create_memory_store(self, project_id: str, name: str, tags: Mapping[str, str] | None = None,
                             duplicate_threshold: float = DUPLICATE_THRESHOLD,
@@ -136,18 +150,21 @@ class SoatStore:
             return store
 
     def create_memory(self, store_id: str, content: str, tags: Mapping[str, str] | None = None,
-                      updated_at: datetime | None = None) -> tuple[str, StoredMemory]:
-        """Add a memory; `(action, memory)` with action `created`, `skipped` (a near-duplicate: the existing
-        memory) or `superseded` (the nearest memory, rewritten)."""
+                      updated_at: datetime | None = None,
+                      duplicate_threshold: float | None = None, embedded: bool = True) -> tuple[str, StoredMemory]:
+        """Add a memory; `(action, memory)` with action `created`, `skipped` (a near-duplicate at
+        `duplicate_threshold`, else the store's: the existing memory) or `superseded` (the nearest memory,
+        rewritten). `embedded=False`: stored without an embedding, so compared with none."""
         with self._lock:
             store = self.stores[store_id]
             vector = self.embedder.embed([content])[0]
             now = self.clock()
-            siblings = [m for m in self.memories.values() if m.store_id == store_id]
-            if siblings:
+            siblings = [m for m in self.memories.values() if m.store_id == store_id and m.id not in self.unembedded]
+            if siblings and embedded:
                 similarity = 1.0 - cosine_distance(np.stack([m.vector for m in siblings]), vector)
                 best = int(np.nanargmax(similarity)) if not np.isnan(similarity).all() else 0
-                if similarity[best] >= store.duplicate_threshold:
+                if similarity[best] >= (store.duplicate_threshold if duplicate_threshold is None
+                                        else duplicate_threshold):
                     return "skipped", siblings[best]
                 if store.supersede_threshold is not None and similarity[best] >= store.supersede_threshold:
                     old = self.memories.pop(siblings[best].id)  # an UPDATE writes a new tuple at the end
@@ -158,6 +175,8 @@ class SoatStore:
             memory = StoredMemory(self._new_id("mem"), store_id, content, dict(tags or {}), vector, now,
                                   updated_at or now)
             self.memories[memory.id] = memory
+            if not embedded:
+                self.unembedded.add(memory.id)
             self._indexes.clear()
             return "created", memory
 
@@ -199,20 +218,34 @@ class SoatStore:
             return self._indexes[project_id]
 
     def _build(self, project_id: str | None) -> Index:
-        docs = [d for d in self.documents.values() if project_id is None or d.project_id == project_id]
-        mems = [m for m in self.memories.values()
-                if project_id is None or self.stores[m.store_id].project_id == project_id]
+        chunks = [(d, _chunk_key(d.id, i), text) for d in self.documents.values()
+                  if project_id is None or d.project_id == project_id
+                  for i, text in enumerate(d.chunks) if _chunk_key(d.id, i) not in self.unembedded]
+        mems = [m for m in self.memories.values() if m.id not in self.unembedded
+                and (project_id is None or self.stores[m.store_id].project_id == project_id)]
         corpus = Corpus(
-            tuple(Document(_chunk_key(d.id, i), text, d.path, d.title, d.tags)
-                  for d in docs for i, text in enumerate(d.chunks)),
+            tuple(Document(key, text, d.path, d.title, d.tags) for d, key, text in chunks),
             tuple(Memory(m.id, m.content, m.store_id, m.tags) for m in mems),
         )
         index = Index.build(corpus, self.embedder, Chunking("whole"), now=self.clock(), tie_order=self.tie_order)
         # Real write times, not the build clock: the recency blend reads them at each search.
-        index.stores["document"].updated_at_ms[:] = [round(d.created_at.timestamp() * 1000)
-                                                     for d in docs for _ in d.chunks]
+        index.stores["document"].updated_at_ms[:] = [round(d.created_at.timestamp() * 1000) for d, _, _ in chunks]
         index.stores["memory"].updated_at_ms[:] = [round(m.updated_at.timestamp() * 1000) for m in mems]
         return index
+
+    def _unembedded(self, project_id: str | None, filters: Filters) -> list[SearchResult]:
+        """The rows in scope stored without an embedding, as v0.28.0 returns them after the rest: documents', then
+        (when stores are named) memories', each in write order, scored 0."""
+        with self._lock:
+            chunks = [(d, i, text) for d in self.documents.values() for i, text in enumerate(d.chunks)
+                      if _chunk_key(d.id, i) in self.unembedded and (project_id is None or d.project_id == project_id)
+                      and (filters.document_ids is None or d.id in filters.document_ids)
+                      and (filters.document_paths is None or any(d.path.startswith(p) for p in filters.document_paths))]
+            memories = [m for m in self.memories.values() if m.id in self.unembedded
+                        and filters.memory_store_ids is not None and m.store_id in filters.memory_store_ids]
+        return ([SearchResult("document", _chunk_key(d.id, i), None, text, 0.0, 0.0, {}, d.created_at, 1.0)
+                 for d, i, text in chunks] +
+                [SearchResult("memory", m.id, None, m.content, 0.0, 0.0, {}, m.updated_at, 1.0) for m in memories])
 
     def search(self, project_id: str | None, query: str, knobs: Knobs, limit: int, filters: Filters,
                pure_cosine: bool = False) -> list[Found]:
@@ -230,8 +263,12 @@ class SoatStore:
         scope = Scope(dict(filters.tags), filters.include_documents, filters.include_memories,
                       None if filters.memory_store_ids is None else tuple(filters.memory_store_ids),
                       None if filters.document_paths is None else tuple(filters.document_paths), document_keys)
-        results = (_cosine_search(index, query, knobs.min_similarity, limit, scope) if pure_cosine
-                   else index.search(query, knobs, limit, scope, now=self.clock()))
+        if pure_cosine:
+            results = _cosine_search(index, query, knobs.min_similarity, limit, scope)
+            if not knobs.min_similarity:  # v0.28.0 keeps a score of 0 unless the floor is above it
+                results += self._unembedded(project_id, filters)[:limit - len(results)]
+        else:
+            results = index.search(query, knobs, limit, scope, now=self.clock())
         found = []
         for r in results:
             if r.source_type == "document":

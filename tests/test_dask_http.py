@@ -168,7 +168,9 @@ def test_a_server_lost_mid_run_on_the_cluster_exits_3_without_credentials_and_re
         config = write_config(corpus, "lost", backend)
         config.write_text(yaml.safe_dump(yaml.safe_load(config.read_text()) | {"workers": {
             "backend": "dask", "n": 2, "address": cluster.scheduler_address}}, sort_keys=False))
-        server.die_after = 1 + 20 * 3 + 7  # the baseline and one batch of 2 finish; the next batch meets a dead server
+        # The probe, the seed's check (one search per seeded item), the baseline and one batch of 2 finish; the
+        # next batch meets a dead server.
+        server.die_after = 1 + 8 + 12 + 20 * 3 + 7
         assert cli.main([str(config), "--output-dir", str(out)]) == 3
         err = capfd.readouterr().err
         # The coordinator's last words; this cluster's workers log to the same stderr, as they would not elsewhere.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from rqsweep import job
+from rqsweep import cli, job
 from tests.http_support import EMBEDDED, PASSWORD, WIDE_SWEEP, comparable, http_backend, serving, write_config, \
     write_corpus
 
@@ -66,11 +67,12 @@ def test_replay_searches_few_times_per_query_and_records_the_seed(corpus, tmp_pa
     replayed, single_store, rescued, fallback = map(int, re.search(
         r"replay: (\d+) of \d+ queries .* and (\d+) single-store searches, which proved (\d+); (\d+) searched", log
     ).groups())
-    # The probe (before seeding: it finds nothing), one search after seeding to see the results' fields, one per
+    # The probe (before seeding: it finds nothing), one per seeded item (8 documents, 12 memories: the seed's
+    # check that the vector channel finds each), one search after seeding to see the results' fields, one per
     # query, the single-store ones, direct searches for what is still unproven, and the ranked lists
     # hits.parquet keeps: one search per query for the baseline and for the chosen setting.
     ranked = queries * len({outcome.baseline, outcome.best or outcome.baseline})
-    assert searches == 2 + queries + single_store + fallback * settings + ranked
+    assert searches == 2 + 8 + 12 + queries + single_store + fallback * settings + ranked
     # Without single-store searches, the `rescued` queries would be searched directly for every setting too.
     assert rescued >= 10 and replayed == queries and fallback == 0
     seed = (outcome.run_dir / "seed.json").read_text()
@@ -89,3 +91,18 @@ def test_serve_and_seeding_with_the_local_embedder_give_the_embedded_grid(corpus
     want, want_queries, want_hits = _run(embedded, tmp_path)
     assert got.equals(want) and got["errors"].sum() == 0
     assert got_queries.equals(want_queries) and got_hits.equals(want_hits)
+
+
+def test_the_gate_tells_two_deployments_apart_by_their_embedder(corpus, tmp_path, capsys):
+    """SOAT names no model: the profile records what its embeddings route makes of a fixed text."""
+    run_dirs = []
+    for name, embedder in (("wide", {}), ("narrow", {"embedder": {"kind": "feature-hash", "dimensions": 512}})):
+        with serving(write_config(corpus, f"serve-{name}", EMBEDDED | embedder)) as server:
+            config = write_config(corpus, f"http-{name}", http_backend(server.url))
+            run_dirs.append(job.run(config, quiet=True, output_dir=tmp_path).run_dir)
+    wide, narrow = (json.loads((d / "run.json").read_text())["server_profile"]["embedder"] for d in run_dirs)
+    assert re.fullmatch(r"1024 dims, [0-9a-f]{12}", wide) and re.fullmatch(r"512 dims, [0-9a-f]{12}", narrow)
+    capsys.readouterr()
+    assert cli.main(["gate", str(run_dirs[0]), str(run_dirs[1]), "--tolerance", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"(embedder {narrow} -> {wide})" in err  # the reference, then the run

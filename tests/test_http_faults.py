@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from rqsweep import cli, job, serve
 from rqsweep.backends.http import backend as http_backend_module
@@ -60,8 +61,9 @@ def test_a_dead_server_stops_the_run_with_exit_3_and_resume_completes_it(tmp_pat
         config = write_config(tmp_path, "resumed", backend)
         out = str(tmp_path / "out")
         queries = 20
-        # The baseline and one batch of 2 finish; the server dies during the next batch.
-        server.die_after = 1 + queries * 3 + 7
+        # The probe, the seed's check (one search per seeded item), the baseline and one batch of 2 finish; the
+        # server dies during the next batch.
+        server.die_after = 1 + 8 + 12 + queries * 3 + 7
         started = time.monotonic()
         assert cli.main([str(config), "--output-dir", out, "--quiet"]) == 3
         assert time.monotonic() - started < 30
@@ -96,19 +98,28 @@ class _EmbedderDown(Faults):
         return EMBEDDER_FAULT
 
 
-@pytest.mark.parametrize("after", [0, 1 + 20 * 3], ids=["from the probe on", "mid-run"])
-def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, after):
+_V0_28_0_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.2, 0.3], "include_off": True}}}
+
+
+@pytest.mark.parametrize("old_server, after", [(False, 0), (False, 1 + 20 + 20 * 3), (True, 0),
+                                               (True, 2 + 20 + 20 * 2)],
+                         ids=["from the probe on", "mid-run", "v0.28.0 from the probe on", "v0.28.0 mid-run"])
+def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, capsys, old_server, after):
     """Before, each search was retried and the run stopped only on `max_consecutive_failures` final failures
-    (here 20 x 5 attempts of 0.3 s each), saying nothing of the embedder."""
+    (here 20 x 5 attempts of 0.3 s each), saying nothing of the embedder; v0.28.0's opaque 500 went unrecognised."""
     write_corpus(tmp_path)
-    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+    with serving(write_config(tmp_path, "embedded", EMBEDDED), old_server=old_server) as server:
         config = write_config(tmp_path, "down", http_backend(server.url, mode="direct", retries=4,
-                                                             max_consecutive_failures=20))
+                                                             max_consecutive_failures=20),
+                              _V0_28_0_SWEEP if old_server else None)
         server.faults = down = _EmbedderDown(server, after)
         assert cli.main([str(config), "--output-dir", str(tmp_path / "out"), "--quiet"]) == 3
         err = capsys.readouterr().err
-        assert f"SOAT at {server.url} cannot embed: {EMBEDDER_FAILURES} answers in a row said its embedding " \
-               "provider failed (last: HTTP 502 AI_PROVIDER_ERROR: embedding the query failed" in err
+        said = (f"answered {EMBEDDER_FAILURES} requests in a row with HTTP 500 INTERNAL_ERROR: Internal Server Error, "
+                "its answer to an unexpected error: SOAT v0.28.0 answers so when its embedding provider is down"
+                if old_server else f"cannot embed: {EMBEDDER_FAILURES} answers in a row said its embedding provider "
+                "failed (last: HTTP 502 AI_PROVIDER_ERROR: embedding the query failed")
+        assert f"SOAT at {server.url} {said}" in err
         assert down.failed < EMBEDDER_FAILURES + 4  # the searches in flight (max_in_flight 4) end too
         assert "Traceback" not in err
         if not after:  # stopped at the probe, before any search: no run folder to resume is left
@@ -119,6 +130,24 @@ def test_an_embedding_provider_down_stops_the_run_at_once_naming_it(tmp_path, ca
         server.faults = Faults()  # the provider is back: the run resumes to its end
         assert cli.main([str(config), "--resume", str(run_dir), "--quiet"]) == 0
     assert pl.read_parquet(run_dir / "grid.parquet")["errors"].sum() == 0
+
+
+def test_a_refusal_that_would_repeat_does_not_advise_resuming_once_the_server_answers(tmp_path, capsys):
+    """A 4xx other than a timeout, a rate limit or the credentials is the server's answer to that very request:
+    resuming sends it again. Here a document over the server's body limit (413)."""
+    write_corpus(tmp_path)
+    corpus = yaml.safe_load((tmp_path / "corpus.yaml").read_text())
+    corpus["documents"].insert(2, {"key": "doc-huge", "path": "/huge.md", "content": "word " * 300_000})
+    (tmp_path / "corpus.yaml").write_text(yaml.safe_dump(corpus))
+    with serving(write_config(tmp_path, "embedded", EMBEDDED)) as server:
+        config = write_config(tmp_path, "huge", http_backend(server.url))
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    run_dir = _run_dir(tmp_path / "out", "huge")
+    assert "seeding stopped at document 'doc-huge': /api/v1/documents answered HTTP 413 PAYLOAD_TOO_LARGE" in err
+    assert (f"finished work is kept in {run_dir}; this is no passing outage: --resume meets the same answer until "
+            "what it names is fixed") in err
+    assert "once the backend answers again" not in err and "continue with" not in err
 
 
 def test_unreachable_server_and_rejected_password_fail_fast_with_exit_3(tmp_path, monkeypatch, capsys):

@@ -27,11 +27,14 @@ import yaml
 from rqsweep import cli, job
 from rqsweep.backends.http.auth import Secret, Target
 from rqsweep.backends.http.client import SoatClient
-from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect
+from rqsweep.backends.http.mapping import SEARCH_PATH, SearchScope
+from rqsweep.backends.http.probe import probe
 from rqsweep.backends.http.seed import IdMap, Journal, seed_corpus
 from rqsweep.backends.http.config import SeedConfig
 from rqsweep.corpus import load_corpus
-from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, write_config, write_corpus
+from rqsweep.errors import BackendError
+from rqsweep.serve import EMBEDDER_FAULT, TORN_FAULT, Faults
+from tests.http_support import EMBEDDED, PASSWORD, ROOT, http_backend, serving, write_config, write_corpus
 
 FLOOR_SWEEP = {"strategy": "grid", "knobs": {"min_similarity": {"values": [0.1, 0.3], "include_off": True}}}
 VERSION = "0.28.0"
@@ -115,6 +118,51 @@ def test_the_emulation_answers_as_v0_28_0_does(old_server):
     assert httpx.get(f"{old_server}/health").json()["version"] == VERSION
 
 
+def test_the_emulation_refuses_unknown_write_fields_as_v0_28_0_does(old_server):
+    """v0.28.0 checks every body against its route's request schema; the near-duplicate threshold is an entry's."""
+    with _api(old_server) as api:
+        project = api.post("/api/v1/projects", json={"name": "strict"}).json()["id"]
+        refused = api.post("/api/v1/memories", json={"project_id": project, "name": "team", "duplicate_threshold": 1,
+                                                     "supersede_threshold": 0.9})
+        assert refused.status_code == 400 and refused.json() == {"error": {
+            "code": "VALIDATION_FAILED", "message": "Unknown field(s): duplicate_threshold, supersede_threshold",
+            "meta": {"unknownFields": ["duplicate_threshold", "supersede_threshold"]}}}
+        assert api.get("/api/v1/memories", params={"project_id": project}).json()["data"] == []
+        for path, body in (("/api/v1/projects", {"name": "p", "colour": "red"}),
+                           ("/api/v1/documents", {"project_id": project, "content": "text", "colour": "red"})):
+            answer = api.post(path, json=body)
+            assert answer.status_code == 400 and answer.json()["error"]["meta"] == {"unknownFields": ["colour"]}
+        container = api.post("/api/v1/memories", json={"project_id": project, "name": "team"}).json()["id"]
+        old, new = "the pager number is 555-0100", "the pager number is now 555-0199"
+        assert api.post("/api/v1/memory-entries", json={"memory_id": container, "content": old}).status_code == 201
+        twin = {"memory_id": container, "content": new}
+        skipped = api.post("/api/v1/memory-entries", json=twin | {"duplicate_threshold": 0.5})
+        assert skipped.status_code == 200 and skipped.json()["action"] == "skipped"
+        created = api.post("/api/v1/memory-entries", json=twin | {"duplicate_threshold": 1})
+        assert created.status_code == 201 and created.json()["action"] == "created"
+
+
+@pytest.mark.parametrize("threshold, skipped", [(None, []), (0.85, ["mem-pager-number-current",
+                                                                   "mem-home-office-stipend-current"])])
+def test_the_handbook_seeds_its_memories_into_v0_28_0_at_the_configured_threshold(tmp_path, capsys, threshold,
+                                                                                  skipped):
+    """v0.28.0 takes the threshold on each entry and refuses it on the container: seeding sends it there."""
+    for name in ("corpus.yaml", "golden.yaml"):
+        (tmp_path / name).write_text((ROOT / "configs" / "handbook" / name).read_text())
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        seed = {} if threshold is None else {"duplicate_threshold": threshold}
+        backend = http_backend(server.url, seed=seed or True)
+        config = _config(tmp_path, "handbook", backend, {"strategy": "grid", "knobs": {"min_similarity": {
+            "values": [0.1]}}})
+        assert cli.main([str(config), "--output-dir", str(tmp_path / "out")]) == 0
+        stored = list(server.store.memories.values())
+    err = capsys.readouterr().err
+    assert f"seed: 37 documents, 4 memory stores, 32 memories ({len(skipped)} not created)" in err
+    assert len(stored) == 32 - len(skipped)
+    seeded = json.loads((_run_dir(tmp_path / "out", "handbook") / "seed.json").read_text())
+    assert [a["key"] for a in seeded["actions"]] == skipped and {a["action"] for a in seeded["actions"]} <= {"skipped"}
+
+
 def _run_dir(out: Path, name: str) -> Path:
     (run_dir,) = (out / name).iterdir()
     return run_dir
@@ -140,8 +188,9 @@ def test_seeding_with_memories_and_a_floor_sweep_record_the_server_profile(tmp_p
         "field_names": {"min_similarity": "min_score", "memory_store_ids": "memory_ids", "memory_id": "entry_id",
                         "/api/v1/memory-stores": "/api/v1/memories", "/api/v1/memories": "/api/v1/memory-entries",
                         "memory_store_id": "memory_id"},
-        "include_flags": False, "signals": False, "mode": "direct"}
+        "include_flags": False, "signals": False, "mode": "direct", "embedder": profile["embedder"]}
     assert "VALIDATION_FAILED" in profile["knobs_refused"]["rrf_k"]
+    assert re.fullmatch(r"1024 dims, [0-9a-f]{12}", profile["embedder"])  # the serve's feature hash
     for table in ("grid", "queries"):
         metadata = pq.read_schema(run_dir / f"{table}.parquet").metadata
         assert json.loads(metadata[b"rqsweep.server_profile"]) == profile
@@ -149,7 +198,7 @@ def test_seeding_with_memories_and_a_floor_sweep_record_the_server_profile(tmp_p
                 "older names (min_similarity as min_score, ")
     for report in ("report.md", "report.html"):
         text = (run_dir / report).read_text()
-        assert sentence in text and "results without signals; direct mode" in text
+        assert sentence in text and f"results without signals; embedder {profile['embedder']}; direct mode" in text
     assert (run_dir / "report.md").read_text().split("\n\n")[1].startswith(f"Rankings from {sentence}")
 
 
@@ -224,7 +273,7 @@ def _seed_after_kill(tmp_path: Path, url: str, name: str, unrecorded: int) -> tu
     corpus = load_corpus(tmp_path / "corpus.yaml")
     client = SoatClient(Target(url, None, "admin", Secret(PASSWORD)), retries=0)
     client.connect()
-    dialect = Dialect(memory_store_ids="memory_ids", memory_id="entry_id", **OLD_MEMORY_API)
+    dialect = probe(client, "pager", SearchScope()).dialect
     journal = Journal(tmp_path / f"{name}.journal")
 
     class Killed(Exception):
@@ -259,6 +308,68 @@ def test_a_write_made_but_not_recorded_before_the_kill_is_adopted_not_repeated(t
                                                "memory_ids": list(ids.memory_stores.values())}).json()["results"]
         entries = [r["entry_id"] for r in memories if r["source_type"] == "memory"]
         assert sorted(entries) == sorted(ids.memories.values())  # each memory once
+
+
+def test_a_seed_through_an_embedding_outage_stops_naming_the_items_stored_without_an_embedding(tmp_path):
+    """v0.28.0 stores what it cannot embed without an embedding and answers 201: the seed must not end there."""
+    write_corpus(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        client = SoatClient(Target(server.url, None, "admin", Secret(PASSWORD)), retries=0)
+        client.connect()
+        journal = Journal(None)
+        # Recorded: start, project, 8 documents, 3 stores, memories. The provider is down for the write after
+        # the 4th line (the 3rd document) and after the 14th (the 2nd memory).
+        outage, healthy = Faults(1.0, (EMBEDDER_FAULT,), all_routes=True), server.faults
+
+        def record(entry: dict, record=journal.record) -> None:
+            record(entry)
+            server.faults = outage if len(journal.entries) in (4, 14) else healthy
+
+        journal.record = record
+        dialect = probe(client, "pager", SearchScope()).dialect
+        with pytest.raises(BackendError) as stopped:
+            seed_corpus(client, corpus, SeedConfig(), None, "outage", lambda _: None, dialect, journal)
+        document, memory = corpus.documents[2].key, corpus.memories[1].key
+        (document_id,) = [e["id"] for e in journal.entries if e.get("key") == document]
+        found = client.request("POST", SEARCH_PATH, {"query": "pager", "limit": 100,
+                                                     "document_ids": [document_id]}).body["results"]
+        assert [r["similarity_score"] for r in found] == [0.0] * 3  # as v0.28.0 returns them: found, scored 0
+        client.close()
+    assert (f"2 seeded items cannot be found by the server's vector search: document {document!r} (0 of 3 chunks "
+            f"found), memory {memory!r} (not found); the server stored them without an embedding") in str(stopped.value)
+
+
+def test_a_resumed_seed_writes_again_the_document_a_dying_database_left_without_chunks(tmp_path):
+    """v0.28.0 writes a document's row, then its chunks, with no transaction: a database that dies in between
+    leaves a `ready` document with no chunks and answers 500. Resuming must not adopt it."""
+    write_corpus(tmp_path)
+    corpus = load_corpus(tmp_path / "corpus.yaml")
+    with serving(write_config(tmp_path, "serve", EMBEDDED), old_server=True) as server:
+        client = SoatClient(Target(server.url, None, "admin", Secret(PASSWORD)), retries=0)
+        client.connect()
+        dialect = probe(client, "pager", SearchScope()).dialect
+        journal = Journal(tmp_path / "torn.journal")
+        healthy = server.faults
+
+        def record(entry: dict, record=journal.record) -> None:  # the write after the 4th line: the 3rd document
+            record(entry)
+            server.faults = Faults(1.0, (TORN_FAULT,), all_routes=True) if len(journal.entries) == 4 else healthy
+
+        journal.record = record
+        with pytest.raises(BackendError, match="seeding stopped at document .* answered HTTP 500 INTERNAL_ERROR"):
+            seed_corpus(client, corpus, SeedConfig(), None, "torn", lambda _: None, dialect, journal)
+        server.faults = healthy
+        (torn,) = [d.id for d in server.store.documents.values() if not d.chunks]
+        logged: list[str] = []
+        ids = seed_corpus(client, corpus, SeedConfig(), None, "torn", logged.append, dialect, Journal(journal.path))
+        client.close()
+        kept = server.store.documents
+    key = corpus.documents[2].key
+    assert torn not in kept and ids.documents[key] in kept and sorted(ids.documents.values()) == sorted(kept)
+    assert all(d.chunks for d in kept.values())
+    assert (f"seed: document {key!r} (id {torn}) was left incomplete by the stopped seed (0 of 3 chunks found): "
+            "deleted, and written again") in logged
 
 
 def test_the_gate_refuses_an_embedded_run_against_an_old_server_run(tmp_path, old_server, capsys):

@@ -42,10 +42,10 @@ def test_a_server_dying_just_before_a_checkpoint_resumes_to_the_uninterrupted_ta
     with serving(embedded) as server:
         config = write_config(tmp_path, "sweep", http_backend(server.url, mode="direct", retries=3,
                                                               max_consecutive_failures=4))
-        # The probe, the baseline and one checkpoint of 2 settings succeed; the server dies about 2 searches
-        # before the second checkpoint, too few failures in a row to stop the run there: that checkpoint is
-        # recorded with its failed searches, and the next one stops the run.
-        server.die_after = 1 + QUERIES + 2 * QUERIES + 2 * QUERIES - 2
+        # The probe, the seed's check (one search per seeded item), the baseline and one checkpoint of 2 settings
+        # succeed; the server dies about 2 searches before the second checkpoint, too few failures in a row to
+        # stop the run there: that checkpoint is recorded with its failed searches, and the next one stops the run.
+        server.die_after = 1 + 8 + 12 + QUERIES + 2 * QUERIES + 2 * QUERIES - 2
         interrupted = tmp_path / "interrupted"
         assert cli.main([str(config), "--output-dir", str(interrupted), "--quiet"]) == 3
         (run_dir,) = (interrupted / "sweep").iterdir()

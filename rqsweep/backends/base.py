@@ -110,7 +110,8 @@ def outcome_frame(settings: Sequence[Knobs], query_ids: Sequence[str], positions
 # A server profile, as run.json, the Parquet metadata (`rqsweep.server_profile`), gate files and the report keep it:
 # backend, version (when the server states it), ranking (hybrid | pure cosine), knobs_accepted,
 # knobs_refused {knob: the server's answer}, field_names {modern field or route: the server's}, include_flags, signals,
-# mode (embedded | replay | direct), for HTTP the base_url, and for the embedded engine its embedder's identity.
+# mode (embedded | replay | direct), for HTTP the base_url, and the embedder: the embedded engine's identity, or a
+# server's as its vector of a fixed text shows it (`probe._embedder`; absent when the server does not tell).
 EMBEDDED_PROFILE = {"backend": "embedded", "version": None, "ranking": "hybrid", "knobs_accepted": list(KNOBS),
                     "knobs_refused": {}, "field_names": {}, "include_flags": True, "signals": True,
                     "mode": "embedded"}
@@ -162,6 +163,8 @@ def describe_profile(profile: dict) -> str:
     if not profile.get("include_flags", True):
         parts.append("no include_documents / include_memories")
     parts.append("results with signals" if profile.get("signals") else "results without signals")
+    if profile.get("embedder"):
+        parts.append(f"embedder {profile['embedder']}")
     parts.append(f"{profile.get('mode')} mode")
     version = profile.get("version") or "(version not stated)"
     where = f" at {profile['base_url']}" if profile.get("base_url") else ""

@@ -12,7 +12,7 @@ import polars as pl
 from rqsweep.backends.base import RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.http.auth import resolve_target
-from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.client import RequestFailed, SoatClient, backend_error
 from rqsweep.backends.http.config import HttpConfig
 from rqsweep.backends.http.direct import SearchOutcome, Searcher
 from rqsweep.backends.http.mapping import Dialect, PreparedQuery, SearchScope
@@ -160,7 +160,7 @@ def _seed(http: HttpConfig, config: JobConfig, corpus: Corpus, client: SoatClien
     except BackendError as exc:
         if run_dir is None or not journal.entries:
             raise
-        raise BackendError(f"{exc}; the writes made are recorded in {journal.path}") from None
+        raise type(exc)(f"{exc}; the writes made are recorded in {journal.path}") from None
     if run_dir is not None:
         ids.save(run_dir / SEED_FILE)
     return ids
@@ -196,8 +196,8 @@ def _memory_store_ids(client: SoatClient, ids: IdMap, project_id: str | None, di
     try:
         listed = listing(client.request("GET", dialect.memory_containers, params={"project_id": project_id}).body)
     except RequestFailed as exc:
-        raise BackendError(f"this SOAT searches memories only when memory stores are named, and listing them "
-                           f"failed ({exc}): set search.memory_stores") from None
+        raise backend_error(f"this SOAT searches memories only when memory stores are named, and listing them "
+                            f"failed ({exc}): set search.memory_stores", exc) from None
     return tuple(s["id"] for s in listed if isinstance(s, dict) and isinstance(s.get("id"), str))
 
 

@@ -10,7 +10,9 @@ cannot be a per-search accident stops the run with `BackendError`: no connection
 ever answered (a wrong URL or a server that is down: retrying only delays the news), credentials rejected,
 or `max_consecutive_failures` requests failing in a row (the server is gone: resume the run later), or
 `EMBEDDER_FAILURES` answers in a row saying that the server's embedding provider failed (each takes the
-provider's timeouts, about 6 s on SOAT, and every search needs it: resume the run once it embeds again).
+provider's timeouts, about 6 s on SOAT, and every search needs it: resume the run once it embeds again), or
+that many in a row of v0.28.0's opaque `500 INTERNAL_ERROR "Internal Server Error"`, its answer when the
+provider is down (or its database: the stop names both).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Callable, Iterable, TypeVar
 import httpx
 
 from rqsweep.backends.http.auth import Session, Target
-from rqsweep.errors import BackendError
+from rqsweep.errors import BackendError, BackendRefused
 from rqsweep.pacing import Pacer
 from rqsweep.scrub import scrub_secrets
 
@@ -45,6 +47,9 @@ _PERMANENT_5XX_CODES = {"EMBEDDING_NOT_CONFIGURED"}
 # How SOAT says that its embedding provider failed: newer releases with AI_PROVIDER_ERROR, every release
 # with a message about embedding (or, before any provider is set, EMBEDDING_NOT_CONFIGURED).
 _EMBEDDER_CODES = {"AI_PROVIDER_ERROR", "EMBEDDING_NOT_CONFIGURED"}
+# v0.28.0 answers any unexpected error with this, its embedding provider's failure included (after its ~6 s of
+# timeouts): no code or word says which.
+OPAQUE_MESSAGE = "Internal Server Error"
 EMBEDDER_FAILURES = 4  # attempts in a row, any request's: a few, so a lone provider hiccup does not stop a run
 # What one answer may hold. A search answer at SOAT's largest limit is a few hundred kB, a listing page less:
 # anything near this is a proxy's or a broken server's, and reading it whole would hold it all in memory.
@@ -151,6 +156,13 @@ def _error_of(response: httpx.Response, content: bytes, scrub: Callable[[str], s
                          response.status_code)
 
 
+def backend_error(message: str, failure: RequestFailed) -> BackendError:
+    """The error that stops a run on `failure`: `BackendRefused` for a 4xx that asking again gets again (not a
+    timeout, a rate limit or the credentials)."""
+    repeats = failure.status is not None and 400 <= failure.status < 500 and failure.status not in (401, 403, 408, 429)
+    return (BackendRefused if repeats else BackendError)(message)
+
+
 def embedder_failed(failure: RequestFailed) -> bool:
     """Whether a server error says that the server's embedding provider failed."""
     return (failure.status or 0) >= 500 and (failure.code in _EMBEDDER_CODES or "embed" in str(failure).lower())
@@ -240,7 +252,7 @@ class SoatClient:
                 status = response.status_code
                 if 200 <= status < 300:
                     try:
-                        payload = _json_of(content, response)
+                        payload = None if status == 204 else _json_of(content, response)  # 204: No Content
                         del content  # held no longer than needed: answers can be large
                         payload = payload if read is None else read(payload)
                     except ValueError:
@@ -310,18 +322,25 @@ class SoatClient:
             self._consecutive_failures = self._embedder_failures = 0
 
     def _note_embedder(self, failure: RequestFailed) -> None:
-        """Count an answer that says the server could not embed; `EMBEDDER_FAILURES` in a row stop the run."""
-        if not embedder_failed(failure):
+        """Count an answer that says (or, opaque, may say) that the server could not embed; `EMBEDDER_FAILURES` in
+        a row stop the run."""
+        opaque = (failure.status, failure.code) == (500, "INTERNAL_ERROR") and str(failure).endswith(OPAQUE_MESSAGE)
+        if not (opaque or embedder_failed(failure)):
             with self._failure_lock:
                 self._embedder_failures = 0
             return
+        check = ("check the provider it embeds with (SOAT's EMBEDDING_PROVIDER and EMBEDDING_MODEL, and the "
+                 "provider's own service)")
         with self._failure_lock:
             self._embedder_failures += 1
             if self._embedder_failures >= EMBEDDER_FAILURES and not self._stopped:
-                self._stopped = (f"SOAT at {self.base_url} cannot embed: {self._embedder_failures} answers in a row "
-                                 f"said its embedding provider failed (last: {failure}); stopping: check the "
-                                 "provider it embeds with (SOAT's EMBEDDING_PROVIDER and EMBEDDING_MODEL, and the "
-                                 "provider's own service)")
+                self._stopped = (
+                    f"SOAT at {self.base_url} answered {self._embedder_failures} requests in a row with {failure}, "
+                    "its answer to an unexpected error: SOAT v0.28.0 answers so when its embedding provider is down "
+                    f"(after about 6 s) or its database is; stopping: {check}, its database, and the server's log"
+                    if opaque else
+                    f"SOAT at {self.base_url} cannot embed: {self._embedder_failures} answers in a row said its "
+                    f"embedding provider failed (last: {failure}); stopping: {check}")
         if self._stopped:
             raise BackendError(self._stopped)
 

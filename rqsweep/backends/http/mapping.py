@@ -34,6 +34,7 @@ class Dialect:
     memory_entries: str = "/api/v1/memories"  # create {<entry_container>: id, content, tags}
     entry_container: str = "memory_store_id"
     entry_tags_as_list: bool = False  # entry tags as ["key:value"] instead of {key: value}
+    threshold_per_entry: bool = False  # duplicate_threshold goes with each entry, not on the container
 
     def renamed(self) -> dict[str, str]:
         """Modern name -> this server's, for the names that differ."""
@@ -46,7 +47,7 @@ class Dialect:
 
 # The memory API of releases before the hybrid ranking (v0.28.0 and older).
 OLD_MEMORY_API = {"memory_containers": "/api/v1/memories", "memory_entries": "/api/v1/memory-entries",
-                  "entry_container": "memory_id", "entry_tags_as_list": True}
+                  "entry_container": "memory_id", "entry_tags_as_list": True, "threshold_per_entry": True}
 
 
 @dataclass(frozen=True)

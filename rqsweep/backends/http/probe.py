@@ -5,17 +5,21 @@ them in `error.meta.unknownFields`; they call the floor `min_score`, the memory-
 and a result's memory `entry_id`, return no `signals`, and search memories only when a memory filter is
 given; v0.28.0, the newest public release, also ranks by cosine alone, has no `tags` filter, and keeps
 memory containers at `/api/v1/memories` and their entries at `/api/v1/memory-entries`. The probe sends one
-full modern request, renames or drops what the server rejects, and tries again. What it learns is recorded
-with the run (`ServerProfile.record`).
+full modern request, renames or drops what the server rejects, and tries again. SOAT names no embedding
+model: the probe asks its embeddings route for the vector of a fixed text and records its length and a
+signature of it (`_embedder`). What it learns is recorded with the run (`ServerProfile.record`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from rqsweep import __version__
-from rqsweep.backends.http.client import RequestFailed, SoatClient
+from rqsweep.backends.http.client import RequestFailed, SoatClient, backend_error
 from rqsweep.backends.http.mapping import OLD_MEMORY_API, SEARCH_PATH, Dialect, SearchScope, search_body
 from rqsweep.errors import BackendError
 from rqsweep.knobs import KNOBS, MIN_SIMILARITY, RRF_K, Knobs
@@ -28,6 +32,9 @@ _MAX_PROBES = 4
 REPLAY_FIELDS = ("signals", "similarity_score", "updated_at")
 NOTHING_FOUND = "the probe query found nothing, so no result showed its fields"
 HEALTH_PATH = "/health"
+EMBEDDINGS_PATH = "/api/v1/embeddings"
+_EMBEDDER_TEXT = "Which embedder is this? The quick brown fox jumps over the lazy dog."
+_SIGNATURE_COMPONENTS = 8
 MCP_PATH = "/mcp"
 # MCP's handshake (JSON-RPC over streamable HTTP): SOAT's answer names the server's release in serverInfo.version.
 _MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -45,6 +52,7 @@ class ServerProfile:
     replay_missing: str | None = None  # why replay is impossible on this server, or None
     memory_filter_required: bool = False
     version: str | None = None  # as the server states it (MCP initialize, else GET /health), if it does
+    embedder: str | None = None  # `N dims, signature` (see `_embedder`), None when the server does not tell
 
     @property
     def ranking(self) -> str:
@@ -56,7 +64,8 @@ class ServerProfile:
         return {"backend": "http", "base_url": base_url, "version": self.version, "ranking": self.ranking,
                 "knobs_accepted": sorted(self.dialect.knobs), "knobs_refused": dict(sorted(self.rejected.items())),
                 "field_names": self.dialect.renamed(), "include_flags": self.dialect.include_flags,
-                "signals": self.replay_missing is None, "mode": mode}
+                "signals": self.replay_missing is None, "mode": mode} | (
+                    {"embedder": self.embedder} if self.embedder else {})
 
     def describe(self) -> str:
         names = [] if self.dialect == Dialect() else [
@@ -116,7 +125,7 @@ def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
         except RequestFailed as exc:
             unknown = _unknown_fields(exc)
             if not unknown:
-                raise BackendError(f"probe search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+                raise backend_error(f"probe search at {client.base_url}{SEARCH_PATH} failed: {exc}", exc) from None
             dialect = _adapt(body, dialect, rejected, unknown, str(exc), client.base_url)
     else:
         raise BackendError(f"SOAT at {client.base_url} kept rejecting the probe search's fields")
@@ -134,7 +143,8 @@ def probe(client: SoatClient, query: str, scope: SearchScope) -> ServerProfile:
     if dialect.memory_store_ids == _RENAMED["memory_store_ids"]:
         dialect = replace(dialect, **OLD_MEMORY_API)  # the filter names containers: they are "memories"
     missing = _replay_missing(results)
-    return ServerProfile(dialect, rejected, missing, memory_filter_required=older, version=_version(client))
+    return ServerProfile(dialect, rejected, missing, memory_filter_required=older, version=_version(client),
+                         embedder=_embedder(client))
 
 
 def recheck_results(client: SoatClient, profile: ServerProfile, query: str, scope: SearchScope) -> ServerProfile:
@@ -145,7 +155,7 @@ def recheck_results(client: SoatClient, profile: ServerProfile, query: str, scop
     try:
         reply = client.request("POST", SEARCH_PATH, body)
     except RequestFailed as exc:
-        raise BackendError(f"search at {client.base_url}{SEARCH_PATH} failed: {exc}") from None
+        raise backend_error(f"search at {client.base_url}{SEARCH_PATH} failed: {exc}", exc) from None
     results = reply.body.get("results") if isinstance(reply.body, dict) else None
     return replace(profile, replay_missing=_replay_missing(results if isinstance(results, list) else []))
 
@@ -170,6 +180,25 @@ def _version(client: SoatClient) -> str | None:
         return None
     version = answer.get("version") if isinstance(answer, dict) else None
     return version if isinstance(version, str) and version else None
+
+
+def _embedder(client: SoatClient) -> str | None:
+    """The server's embedder as what it makes of a fixed text: `N dims, <signature>`, the signature a hash of the
+    places and signs of the vector's strongest components (another model puts them elsewhere; a float's last bits,
+    which may differ between two machines running one model, do not move them). None when the server has no
+    embeddings route or does not answer it with a vector."""
+    try:
+        answer = client.request("POST", EMBEDDINGS_PATH, {"input": _EMBEDDER_TEXT}, probing=True).body
+    except RequestFailed:
+        return None
+    vector = answer.get("embedding") if isinstance(answer, dict) else None
+    if not (isinstance(vector, list) and vector
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vector)):
+        return None
+    values = np.asarray(vector, np.float64)
+    strongest = sorted(np.argsort(-np.abs(values), kind="stable")[:_SIGNATURE_COMPONENTS])
+    signature = ",".join(f"{'-' if values[i] < 0 else '+'}{i}" for i in strongest)
+    return f"{len(vector)} dims, {hashlib.sha256(signature.encode()).hexdigest()[:12]}"
 
 
 def _replay_missing(results: list) -> str | None:
