@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from rqsweep import job
+from rqsweep.cli import main
 from rqsweep.errors import InputError
 from rqsweep.inputs import load_inputs
 from rqsweep.runfolder import RUN_JSON, RunRecord, mark
@@ -80,3 +81,14 @@ def test_an_older_run_json_reads_its_missing_keys_as_none_and_a_damaged_one_is_r
         assert str(tmp_path / RUN_JSON) in str(caught.value)
     with pytest.raises(InputError, match=r"not a run folder \(no run.json\)"):
         RunRecord.read(tmp_path / "elsewhere")
+
+
+def test_resume_refuses_a_run_whose_golden_set_was_edited(tmp_path, capsys):
+    config = write_job(tmp_path, sweep={"strategy": "grid", "knobs": {"rrf_k": {"values": [5, 60]}}})
+    run_dir = job.run(config, quiet=True, output_dir=tmp_path / "out").run_dir
+    golden = tmp_path / "golden.yaml"
+    golden.write_text(golden.read_text().replace("standing desk", "standing desks"))
+    capsys.readouterr()
+    assert main([str(config), "--resume", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / RUN_JSON}: inputs_sha256" in err and "changed since this run started" in err, err
