@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rqsweep import metrics
+from rqsweep import files, metrics
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.constraints import SliceMeans, choose_best
 from rqsweep.files import write_parquet_groups
@@ -207,3 +207,16 @@ def test_queries_parquet_keeps_statistics_only_for_the_columns_its_readers_filte
     assert pl.read_parquet(path).equals(frame)
     # A read filtered on setting_id still finds its rows.
     assert pl.scan_parquet(path).filter(pl.col("setting_id") == "s2").collect().equals(frame.tail(1))
+
+
+def test_a_table_is_written_a_slice_at_a_time_each_with_only_its_own_list_values(tmp_path, monkeypatch):
+    # A slice of a list column holds all of the column's values: turned to Arrow as it is, every slice copied them.
+    frame = pl.DataFrame({"setting_id": [f"setting-{i:04d}-of-five" for i in range(5)],
+                          "violations": [["mrr[entity]:max_drop"] * i for i in range(5)]})
+    converted, arrow = [], files._arrow
+    monkeypatch.setattr(files, "ROWS_PER_WRITE", 2)
+    monkeypatch.setattr(files, "_arrow", lambda part, metadata: converted.append(part) or arrow(part, metadata))
+    files.write_parquet(tmp_path / "t.parquet", frame, {"rqsweep.version": "x"})
+    assert pl.read_parquet(tmp_path / "t.parquet").equals(frame)
+    assert pq.read_schema(tmp_path / "t.parquet").metadata[b"rqsweep.version"] == b"x"
+    assert [len(p.to_arrow().column("violations").chunks[0].values) for p in converted] == [1, 5, 4]
