@@ -163,14 +163,22 @@ def test_an_interrupt_while_a_row_group_is_written_waits_for_it_before_closing_t
     """A signal landing while the last row group is written (a run's end interrupted): the writer is closed only
     once the write is done (closed under it, pyarrow crashed the process), and no file is left."""
     import signal
-    import time
+    import threading
 
     events: list[str] = []
+    main, closing, interrupted = threading.get_ident(), threading.Event(), threading.Event()
+    close = files.ParquetGroups.close
+
+    def close_and_say(self):
+        closing.set()
+        return close(self)
 
     class SlowWriter(pq.ParquetWriter):
         def write_table(self, table, row_group_size=None):
             events.append("write")
-            time.sleep(0.5)
+            assert closing.wait(timeout=300)
+            signal.pthread_kill(main, signal.SIGALRM)  # the interrupt lands in close(), this row group unwritten
+            assert interrupted.wait(timeout=300)
             super().write_table(table, row_group_size=row_group_size)
             events.append("written")
 
@@ -179,16 +187,16 @@ def test_an_interrupt_while_a_row_group_is_written_waits_for_it_before_closing_t
             super().close()
 
     def interrupt(*_):
+        interrupted.set()
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pq, "ParquetWriter", SlowWriter)
+    monkeypatch.setattr(files.ParquetGroups, "close", close_and_say)
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)  # while close() waits for the row group
         with pytest.raises(KeyboardInterrupt):
             write_parquet_groups(tmp_path / "t.parquet", [pl.DataFrame({"a": [1, 2]})], rows_per_group=1)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert events == ["write", "written", "close"]
     assert list(tmp_path.iterdir()) == []
