@@ -1,6 +1,7 @@
 """Cost growth of the whole sweep job: wall time, peak memory and output sizes against settings, queries and corpus.
 
-    .venv/bin/python benchmarks/growth.py --quick              # 1,000 / 10,000 settings x 165 / 1,000 queries
+    .venv/bin/python benchmarks/growth.py --quick              # 1,000 / 10,000 settings x 165 / 1,000 queries,
+                                                               # and 100,000 x 165 (the run's end under 1 GiB)
     .venv/bin/python benchmarks/growth.py --budget 900         # the full table, cells estimated over 900 s skipped
     .venv/bin/python benchmarks/growth.py --rev 68fab31        # the same, the job run at another git revision
     nice .venv/bin/python benchmarks/growth.py --settings "" --corpus 1000000 --corpus-queries 1000 \
@@ -407,8 +408,8 @@ def main() -> None:
                    help="corpus sizes (chunks) of the corpus table; empty for none")
     p.add_argument("--corpus-settings", type=int, default=1_000)
     p.add_argument("--corpus-queries", type=int, default=165)
-    p.add_argument("--quick", action="store_true", help="1,000 / 10,000 settings x 165 / 1,000 queries, "
-                   "10,000 chunks, no corpus table")
+    p.add_argument("--quick", action="store_true", help="1,000 / 10,000 settings x 165 / 1,000 queries and "
+                   "100,000 x 165, 10,000 chunks, no corpus table")
     p.add_argument("--budget", type=float, default=900.0, help="seconds: skip cells estimated above it")
     p.add_argument("--max-rss", type=float, default=10.0, help="GiB: skip cells estimated above it, stop any "
                    "cell passing it")
@@ -422,6 +423,8 @@ def main() -> None:
     if unknown:
         p.error(f"settings counts must be among {', '.join(map(str, GRIDS))}, not {unknown}")
     cells = [Cell(args.chunks, s, q) for s in args.settings for q in args.queries]
+    if args.quick:  # the cell whose run's end held every batch's strings (1.49 GB; issue 35, item 26)
+        cells.append(Cell(args.chunks, 100_000, 165))
     cells += [Cell(c, args.corpus_settings, args.corpus_queries) for c in args.corpus
               if (c, args.corpus_settings, args.corpus_queries) not in
               {(x.chunks, x.settings, x.queries) for x in cells}]
@@ -464,6 +467,11 @@ def main() -> None:
     if found:
         print(f"\nExpected item within the top 10 at SOAT's defaults: {min(found):.1%} to {max(found):.1%} of "
               "queries (every expected item is among its query's lexical candidates by construction).")
+    for c in cells:
+        if (c.settings, c.queries) == (100_000, 165) and not c.outcome:
+            met = "met" if c.figures["rss"] < GiB else "MISSED"
+            print(f"\n{c.chunks:,} chunks x 100,000 settings x 165 queries: peak RSS {c.figures['rss'] / GiB:.2f} GiB, "
+                  f"the 1 GiB bound {met}")
     lines = growth_lines(cells)
     if lines:
         print("\nGrowth per 10x settings:\n" + "\n".join(lines))

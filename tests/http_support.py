@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rqsweep.backends import BACKENDS
+from rqsweep.backends.http import client as http_client
 from rqsweep.config import load_config
 from rqsweep.serve import Accounts, Faults, SoatServer, build_server
 
@@ -137,3 +139,22 @@ def leaks(folder: Path, secrets: list[str]) -> list[str]:
                                      (pq.read_schema(path).metadata or {}).items()}))
         found += [f"{path}: {s[:6]}..." for s in secrets for t in texts if s in t]
     return found
+
+
+class BackOffs:
+    """Stands in for the HTTP client's `time` module: records each back-off sleep the client asks for, then sleeps.
+    What a test then asserts is how many retries the client chose, which a loaded machine does not change."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        time.sleep(seconds)
+
+
+def counted_back_offs(monkeypatch) -> BackOffs:
+    """The back-off sleeps the HTTP client asks for, from now on in this test."""
+    back_offs = BackOffs()
+    monkeypatch.setattr(http_client, "time", back_offs)
+    return back_offs

@@ -45,9 +45,8 @@ def write_beir(folder: Path, seed: int = 3) -> None:
     (folder.parent / "slices.tsv").write_text("\n".join(sidecar) + "\n")
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("beir")
+def run_beir(folder: Path, **overrides) -> Path:
+    """The BEIR folder's run (six settings unless `overrides` say otherwise): its run folder."""
     write_beir(folder / "scifake")
     config = {
         "name": "beir", "golden": {"path": "scifake", "split": "test", "slices": {"file": "slices.tsv"}},
@@ -57,11 +56,16 @@ def run_dir(tmp_path_factory):
                                                 "min_similarity": {"include_off": True, "values": [0.2]}}},
         "metrics": METRICS, "objective": {"metric": "ndcg_at_10", "slice": "overall"},
         "constraints": [{"metric": "recall_at_10", "slice": "*", "max_drop": 0.5}],
-        "validation": False, "output_dir": "results",
+        "validation": False, "output_dir": "results", **overrides,
     }
     (folder / "beir.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     assert main([str(folder / "beir.yaml"), "--quiet"]) == 0
     return next((folder / "results" / "beir").iterdir())
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return run_beir(tmp_path_factory.mktemp("beir"))
 
 
 def test_a_beir_folder_runs_end_to_end_with_its_graded_qrels_and_slice_sidecar(run_dir):
@@ -80,8 +84,9 @@ def test_a_beir_folder_runs_end_to_end_with_its_graded_qrels_and_slice_sidecar(r
     assert (queries["ndcg_at_10"] < queries["hit_at_3"]).any()
 
 
-def reference_grid(run_dir: Path, setting: str, tmp_path: Path) -> dict[tuple[str, str], float]:
-    """(slice, metric) -> pytrec_eval's per-query values of the exported run, averaged as the grid averages them."""
+def reference_grid(run_dir: Path, setting: str, tmp_path: Path, level: int = 1) -> dict[tuple[str, str], float]:
+    """(slice, metric) -> pytrec_eval's per-query values of the exported run at relevance level `level`, averaged
+    as the grid averages them."""
     out = tmp_path / setting
     assert main(["export", str(run_dir), "--setting", setting, "--format", "trec", "--output-dir", str(out)]) == 0
     run_file = next(out.glob("*.run"))
@@ -93,7 +98,8 @@ def reference_grid(run_dir: Path, setting: str, tmp_path: Path) -> dict[tuple[st
     for line in (out / "qrels.txt").read_text().splitlines():
         qid, _, doc, grade = line.split()
         qrels.setdefault(qid, {})[doc] = int(grade)
-    scored = pytrec_eval.RelevanceEvaluator(qrels, {measure(m)[0] for m in METRICS}).evaluate(run)
+    scored = pytrec_eval.RelevanceEvaluator(qrels, {measure(m)[0] for m in METRICS},
+                                            relevance_level=level).evaluate(run)
     slice_of = dict(line.split("\t") for line in (run_dir.parents[2] / "slices.tsv").read_text().splitlines())
     values: dict[tuple[str, str], list[float]] = {}
     for qid in qrels:  # a query the run file does not hold returned nothing: 0, as rqsweep scores it
@@ -114,6 +120,18 @@ def test_the_exported_trec_run_scored_by_pytrec_eval_gives_the_settings_grid_row
     for row in grid.iter_rows(named=True):
         for m in METRICS:
             assert row[m] == pytest.approx(want[row["slice"], m], abs=1e-12), (setting_id, row["slice"], m)
+
+
+def test_relevance_level_2_gives_pytrec_evals_values_at_level_2(tmp_path):
+    # Every query judges its target 2 or 3 and one or two others 1: at level 2, the 1s do not count.
+    run_dir = run_beir(tmp_path, relevance_level=2, sweep={"strategy": "grid", "knobs": {"rrf_k": {"values": [60]}}})
+    want, setting_id = reference_grid(run_dir, "best", tmp_path / "at-2", level=2)
+    at_1, _ = reference_grid(run_dir, "best", tmp_path / "at-1", level=1)
+    assert want["overall", "recall_at_10"] != pytest.approx(at_1["overall", "recall_at_10"])
+    for row in pl.read_parquet(run_dir / "grid.parquet").filter(pl.col("setting_id") == setting_id).iter_rows(
+            named=True):
+        for m in METRICS:
+            assert row[m] == pytest.approx(want[row["slice"], m], abs=1e-12), (row["slice"], m)
 
 
 def test_export_refuses_a_setting_the_run_did_not_evaluate(run_dir, capsys):

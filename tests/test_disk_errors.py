@@ -69,7 +69,7 @@ def test_a_full_or_read_only_disk_is_an_output_error_naming_the_file_and_folder(
     def refuse(*_args, **_kwargs):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(pq, "write_table", refuse)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", refuse)
     with pytest.raises(OutputError, match=f"cannot write grid.parquet in {tmp_path}: .*{said}") as raised:
         write_parquet(tmp_path / "grid.parquet", pl.DataFrame({"a": [1]}))
     assert raised.value.exit_code == 2

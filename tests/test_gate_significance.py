@@ -80,6 +80,24 @@ def test_the_significant_mode_refuses_runs_that_share_fewer_than_two_queries(tmp
     assert "Gate passed" not in capsys.readouterr().out
 
 
+def test_holm_adjusts_over_every_test_so_six_of_ten_lost_passes(tmp_path, previous):
+    # Six freshness queries lost: raw p 2/64 (0.031) per metric; Holm over six such tests (freshness and overall,
+    # two metrics each) makes it 0.187, not significant.
+    current = _run(tmp_path / "current", [0] * 6 + [1] * 4, "20260102T000000Z-bbbb")
+    result = gate(current, previous, None, 0.0, mode="significant")
+    assert result.passed, result.text
+    (row,) = [line for line in result.text.splitlines() if line.startswith("| freshness ") and "MRR |" in line]
+    assert [cell.strip() for cell in row.split("|")[6:10]] == ["[-0.9000, -0.3000]", "0.0312", "0.1872", "ok"]
+
+
+def test_a_significant_improvement_passes_the_significant_gate(tmp_path):
+    previous = _run(tmp_path / "previous", [0] * 10, "20260101T000000Z-aaaa")
+    current = _run(tmp_path / "current", [1] * 10, "20260102T000000Z-bbbb")  # every freshness query found now
+    result = gate(current, previous, None, 0.0, mode="significant")
+    assert result.passed and result.problems == (), result.text
+    assert "none regressed significantly" in result.text
+
+
 def test_the_significant_mode_refuses_a_gate_file(tmp_path, previous):
     with pytest.raises(InputError) as err:
         gate(previous, None, tmp_path / "gate.json", 0.0, mode="significant")

@@ -221,6 +221,22 @@ def test_the_slice_rule_can_be_a_sidecar_file_or_a_pattern_on_the_id(tmp_path, c
     refused(capsys, config, "beir: split: 'dev': no qrels/dev.tsv (splits here: test)")
 
 
+@pytest.mark.parametrize("pattern", [r"^(?P<slice>[a-z])\d+$", r"^([a-z])\d+$"])
+def test_a_slice_pattern_takes_its_group_not_the_context_around_it(tmp_path, pattern):
+    write_beir(tmp_path / "beir")
+    config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"pattern": pattern}})
+    assert load_inputs(config).golden.slices == ["d", "t"]
+
+
+def test_a_headerless_beir_qrels_files_first_line_is_a_judgement(tmp_path):
+    write_beir(tmp_path / "beir", header=False)
+    (tmp_path / "beir" / "qrels" / "test.tsv").write_text("d1\tdoc-vpn\t1\nt1\tdoc-vpn\t2\n")
+    config = job(tmp_path, corpus=None, golden={"path": "beir", "slices": {"field": "kind"}})
+    golden = load_inputs(config).golden
+    assert {q.id: [(e.key, e.grade) for e in q.expected] for q in golden.queries} == {
+        "d1": [("doc-vpn", 1)], "t1": [("doc-vpn", 2)]}
+
+
 def test_the_golden_sets_hash_covers_its_slice_file(tmp_path):
     # --resume refuses changed inputs by this hash: a sidecar that moves a query to another slice changes the run.
     write_beir(tmp_path / "beir")

@@ -361,6 +361,31 @@ def test_other_chunking_or_embedder_reuses_nothing(tmp_path):
     assert Index.build(c, wider, CHUNKING, NOW, cache=IndexCache(tmp_path, wider.identity, CHUNKING)).rows_reused == 0
 
 
+def test_the_chunk_overlap_alone_is_in_a_documents_key(tmp_path):
+    c = corpus(20)
+    build(c, IndexCache(tmp_path, "feature-hash/64", CHUNKING))
+    overlap = replace(CHUNKING, chunk_overlap=CHUNKING.chunk_overlap // 2)
+    rerun = Index.build(c, CountingEmbedder(), overlap, NOW, cache=IndexCache(tmp_path, "feature-hash/64", overlap))
+    assert rerun.rows_reused == 10  # the memories, which are not chunked
+    assert_same_index(rerun, Index.build(c, CountingEmbedder(), overlap, NOW))
+
+
+def test_two_embedders_of_the_same_width_share_no_entry(tmp_path):
+    class Doubled(DenseEmbedder):  # other float32 rows of the same width, under another identity
+        def __init__(self) -> None:
+            super().__init__(48)
+            self.identity = "doubled-test/48"
+
+        def embed(self, texts):
+            return 2 * super().embed(texts)
+
+    c = corpus(20)
+    build(c, IndexCache(tmp_path, DenseEmbedder(48).identity, CHUNKING), DenseEmbedder(48))
+    rerun = build(c, IndexCache(tmp_path, Doubled().identity, CHUNKING), Doubled())
+    assert rerun.rows_reused == 0
+    assert_same_index(rerun, build(c, None, Doubled()))
+
+
 def test_a_damaged_cache_file_is_rebuilt_with_a_warning(tmp_path):
     c = corpus(30)
     cache = IndexCache(tmp_path, "feature-hash/64", CHUNKING)

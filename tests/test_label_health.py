@@ -90,3 +90,9 @@ def test_a_run_writes_label_health_and_its_report_section(tmp_path):
     report = (out.run_dir / "report.md").read_text()
     moved = ranks.filter(pl.col("n") > 1).height
     assert f"The knobs move {moved} of {ranks.height} queries" in report
+
+
+def test_an_item_above_the_expected_one_in_one_channel_only_is_not_suspected_however_often():
+    queries = per_query({"a-x": {B: 3, C: 3}}, ties={})
+    lists = ranked({(sid, "a-x"): [("doc-vector", 1, 5), ("doc-lexical", 5, 1), ("key-a-x", 3, 3)] for sid in (B, C)})
+    assert label_health(queries, lists, B, C).filter(pl.col("kind") == "suspect_unlabelled").is_empty()

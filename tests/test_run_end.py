@@ -148,3 +148,30 @@ def test_batches_scored_and_kept_a_few_settings_at_a_time_give_the_tables_of_who
             assert frame.drop("run_id", strict=False).equals(frame_expected.drop("run_id", strict=False)), name
             assert metadata == metadata_expected, name
         assert _noise_section(run.run_dir) == _noise_section(whole.run_dir)
+
+
+def _string_bytes(frame: pl.DataFrame) -> tuple[int, int]:
+    """Of `frame`'s string columns: the bytes of the data buffers they point into, and the bytes of their own
+    strings too long to be held inline (over 12 bytes, Arrow's string views)."""
+    table = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    held = own = 0
+    for name in (n for n, kind in frame.schema.items() if kind == pl.String):
+        held += sum(b.size for chunk in table.column(name).chunks for b in chunk.buffers()[2:] if b is not None)
+        own += sum(len(s.encode()) for s in frame[name].drop_nulls() if len(s.encode()) > 12)
+    return held, own
+
+
+def test_what_the_end_keeps_of_each_batch_holds_its_own_strings_not_the_batchs(tmp_path, monkeypatch):
+    # A group-by's or a unique's string keys point into the buffers of the rows they came from: kept as they were,
+    # the few rows per setting the end needs held every batch's bytes (0.6 GB at 100,000 settings x 165 queries).
+    kept, finish = [], job.Sweep.finish
+
+    def finish_and_look(self, metadata):
+        kept.extend(self._scores)
+        return finish(self, metadata)
+
+    monkeypatch.setattr(job.Sweep, "finish", finish_and_look)
+    job.run(write_job(tmp_path / "job"), quiet=True, output_dir=tmp_path / "out")
+    frames = [f for s in kept for f in (s.slices, s.knobs, s.spreads, *vars(s.tally).values()) if f is not None]
+    held, own = map(sum, zip(*map(_string_bytes, frames)))
+    assert 0 < held <= 1.5 * own, (held, own)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from rqsweep import job
+from rqsweep.cli import main
 from rqsweep.errors import InputError
 from rqsweep.inputs import load_inputs
 from rqsweep.runfolder import RUN_JSON, RunRecord, mark
@@ -109,3 +110,14 @@ def test_the_run_ids_hash_is_of_every_input_the_corpus_included(inputs, tmp_path
     ids = [run_folder_of(i, None, tmp_path / "out", NOW)[1].run_id for i in (inputs, inputs, edited)]
     assert ids[0].endswith(f"-{inputs.sha256[:8]}") and ids[1] == f"{ids[0]}-2"  # equal inputs share a suffix
     assert ids[2] == f"20260102T030405Z-{edited.sha256[:8]}"
+
+
+def test_resume_refuses_a_run_whose_golden_set_was_edited(tmp_path, capsys):
+    config = write_job(tmp_path, sweep={"strategy": "grid", "knobs": {"rrf_k": {"values": [5, 60]}}})
+    run_dir = job.run(config, quiet=True, output_dir=tmp_path / "out").run_dir
+    golden = tmp_path / "golden.yaml"
+    golden.write_text(golden.read_text().replace("standing desk", "standing desks"))
+    capsys.readouterr()
+    assert main([str(config), "--resume", str(run_dir), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{run_dir / RUN_JSON}: inputs_sha256" in err and "changed since this run started" in err, err

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rqsweep import metrics
+from rqsweep import files, metrics
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.constraints import SliceMeans, choose_best
 from rqsweep.files import write_parquet_groups
@@ -163,14 +163,24 @@ def test_an_interrupt_while_a_row_group_is_written_waits_for_it_before_closing_t
     """A signal landing while the last row group is written (a run's end interrupted): the writer is closed only
     once the write is done (closed under it, pyarrow crashed the process), and no file is left."""
     import signal
-    import time
+    import threading
 
     events: list[str] = []
+    main, closing, interrupted = threading.get_ident(), threading.Event(), threading.Event()
+    close = files.ParquetGroups.close
+
+    def close_and_say(self):
+        closing.set()
+        return close(self)
 
     class SlowWriter(pq.ParquetWriter):
         def write_table(self, table, row_group_size=None):
             events.append("write")
-            time.sleep(0.5)
+            assert closing.wait(timeout=300)
+            # The interrupt lands in close(), this row group unwritten; sent again until handled, since a signal
+            # arriving just as the main thread starts to wait on a lock goes unseen until the next one.
+            while not interrupted.wait(timeout=0.1):
+                signal.pthread_kill(main, signal.SIGALRM)
             super().write_table(table, row_group_size=row_group_size)
             events.append("written")
 
@@ -179,16 +189,17 @@ def test_an_interrupt_while_a_row_group_is_written_waits_for_it_before_closing_t
             super().close()
 
     def interrupt(*_):
-        raise KeyboardInterrupt
+        if not interrupted.is_set():  # once: a signal sent again as the first was handled changes nothing
+            interrupted.set()
+            raise KeyboardInterrupt
 
     monkeypatch.setattr(pq, "ParquetWriter", SlowWriter)
+    monkeypatch.setattr(files.ParquetGroups, "close", close_and_say)
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)  # while close() waits for the row group
         with pytest.raises(KeyboardInterrupt):
             write_parquet_groups(tmp_path / "t.parquet", [pl.DataFrame({"a": [1, 2]})], rows_per_group=1)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert events == ["write", "written", "close"]
     assert list(tmp_path.iterdir()) == []
@@ -207,3 +218,16 @@ def test_queries_parquet_keeps_statistics_only_for_the_columns_its_readers_filte
     assert pl.read_parquet(path).equals(frame)
     # A read filtered on setting_id still finds its rows.
     assert pl.scan_parquet(path).filter(pl.col("setting_id") == "s2").collect().equals(frame.tail(1))
+
+
+def test_a_table_is_written_a_slice_at_a_time_each_with_only_its_own_list_values(tmp_path, monkeypatch):
+    # A slice of a list column holds all of the column's values: turned to Arrow as it is, every slice copied them.
+    frame = pl.DataFrame({"setting_id": [f"setting-{i:04d}-of-five" for i in range(5)],
+                          "violations": [["mrr[entity]:max_drop"] * i for i in range(5)]})
+    converted, arrow = [], files._arrow
+    monkeypatch.setattr(files, "ROWS_PER_WRITE", 2)
+    monkeypatch.setattr(files, "_arrow", lambda part, metadata: converted.append(part) or arrow(part, metadata))
+    files.write_parquet(tmp_path / "t.parquet", frame, {"rqsweep.version": "x"})
+    assert pl.read_parquet(tmp_path / "t.parquet").equals(frame)
+    assert pq.read_schema(tmp_path / "t.parquet").metadata[b"rqsweep.version"] == b"x"
+    assert [len(p.to_arrow().column("violations").chunks[0].values) for p in converted] == [1, 5, 4]

@@ -84,8 +84,8 @@ def infeasible_groups(run: RunFolder) -> pl.DataFrame:
                   for s in constraint_slices(c, run.slices[:-1])}
     tempting = f"highest {metric_label(metric)} on {objective_slice} among them"
     broken = (run.grid.filter(~pl.col("feasible") & (pl.col("slice") == objective_slice))
-              .select("setting_id", "evaluation_order", metric, pl.col("violations").alias("key")).explode("key")
-              .sort(metric, "evaluation_order", descending=[True, False], nulls_last=True)
+              .select("setting_id", "evaluation_order", metric, pl.col("violations").alias("key"))
+              .sort(metric, "evaluation_order", descending=[True, False], nulls_last=True).explode("key")
               .group_by("key", maintain_order=True).agg(pl.len().alias("settings"), pl.first("setting_id"),
                                                          pl.first(metric)))
     rows = [{"slice": named[key][0], "violated constraint": named[key][1], "settings": n,

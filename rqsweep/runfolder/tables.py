@@ -218,20 +218,24 @@ def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Ve
 
     `stamp` holds the run-wide columns.
     """
+    order = settings.select("setting_id", pl.int_range(pl.len(), dtype=pl.Int64).alias("evaluation_order"))
     per_setting = settings.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("evaluation_order"),
         pl.Series("feasible", verdicts.feasible(), dtype=pl.Boolean),
         verdicts.violations(),
         (pl.col("setting_id") == baseline_id).alias("is_baseline"),
         (pl.col("setting_id") == verdicts.best).alias("is_best") if verdicts.best is not None
         else pl.lit(False).alias("is_best"),
     )
-    grid = slice_metrics.join(per_setting, on="setting_id").with_columns(*stamp.columns(True), *stamp.columns(False))
+    # The rows are put in order before the settings' columns (the violations' lists above all) join them: sorting
+    # the joined table copied all of it once more (0.2 GB at 100,000 settings).
+    rows = slice_metrics.join(order, on="setting_id").sort("evaluation_order", "slice")
+    grid = rows.join(per_setting, on="setting_id", maintain_order="left").with_columns(*stamp.columns(True),
+                                                                                      *stamp.columns(False))
     return grid.select(
         *stamp.names(True), "setting_id", *KNOBS, "slice", "queries",
         *metric_names, "errors", "tie_sensitive", "numeric_sensitive", "feasible", "violations", "is_baseline", "is_best",
         "evaluation_order", *stamp.names(False),
-    ).sort("evaluation_order", "slice")
+    )
 
 
 def golden_table(golden: GoldenSet) -> pl.DataFrame:
