@@ -13,7 +13,7 @@ import pytest
 from rqsweep import cli, job
 from rqsweep.dry_run import dry_run
 from rqsweep.errors import InputError
-from rqsweep.knobs import Knobs
+from rqsweep.knobs import KNOBS, Knobs
 from rqsweep.report.knob_ranges import KnobRanges, edge_warnings, fingerprints, inert_values, knob_ranges
 from tests.minijob import MEMORIES, write_job
 
@@ -127,10 +127,10 @@ def test_a_value_that_moves_one_query_in_one_combination_changes_a_rank():
 
 def test_fingerprints_add_up_a_setting_split_over_row_groups():
     rows = positions_of(floors_grid({(2, 0.8, "q2")}))
-    whole = fingerprints([rows]).sort("setting_id")
-    split = fingerprints([rows.slice(0, 7), rows.slice(7)]).sort("setting_id")  # setting 3 spans both groups
+    whole = fingerprints([rows]).sort(KNOBS)
+    split = fingerprints([rows.slice(0, 7), rows.slice(7)]).sort(KNOBS)  # setting 3 spans both groups
     assert whole.equals(split)
-    moved = fingerprints([rows.with_columns(pl.col("query_id").replace({"q1": "q2", "q2": "q1"}))]).sort("setting_id")
+    moved = fingerprints([rows.with_columns(pl.col("query_id").replace({"q1": "q2", "q2": "q1"}))]).sort(KNOBS)
     assert not moved["fingerprint"].equals(whole["fingerprint"])  # positions belong to their query
 
 
