@@ -47,7 +47,8 @@ def test_the_folder_is_marked_complete_after_every_other_file(tmp_path, monkeypa
     config = write_job(tmp_path / "job")
     job.run(config, quiet=True, output_dir=tmp_path / "out")
     assert written[-1] == ("run.json", "complete")
-    assert [status for name, status in written if name == "run.json"][:-1] == ["running"]
+    # At the start, and once the verdict is made (the run's own report states it): both still running.
+    assert [status for name, status in written if name == "run.json"][:-1] == ["running", "running"]
     finals = {name for name, _ in written}
     assert {"grid.parquet", "queries.parquet", "report.md", "report.html"} <= finals
 
