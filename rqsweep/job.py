@@ -28,6 +28,7 @@ from rqsweep.knobs import Knobs
 from rqsweep.noise import SliceNoise, baseline_values, noise_of, setting_spreads
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
+from rqsweep.report.document import Made
 from rqsweep.report.knob_ranges import knob_ranges
 from rqsweep.report.label_health import Tally, run_label_health, tally
 from rqsweep.report.routing import summary_lines as routing_lines
@@ -444,14 +445,15 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         routing = {**verdict.applied.record(run_id), "decision": decision}
         write_routing(run_dir, routing)
         held_out += routing_lines(routing, label)
+    ranges = knob_ranges(run_dir, done.grid, done.best)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, done.rejected, named, held_out,
-                        knob_ranges(run_dir, done.grid, done.best).warnings())
+                        ranges.warnings())
     scored = time.monotonic()
     record = replace(record, decision=decision, holdout=holdout)
     record.write(run_dir)
     write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, done.tallies), metadata)
-    write_report(run_dir, finished=False, phase=progress.phase, noise=done.noise)
+    write_report(run_dir, finished=False, phase=progress.phase, made=Made(done.noise, ranges))
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.
     record.finish(

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 from rqsweep.report import document
 from rqsweep.report.render import to_html, to_markdown
 from rqsweep.files import write_text
-from rqsweep.noise import SliceNoise
 from rqsweep.progress import Phase, silent_phase
 from rqsweep.runfolder import read_run_folder
 
@@ -16,16 +14,16 @@ __all__ = ["write_report"]
 
 
 def write_report(run_dir: Path, *, finished: bool = True, phase: Phase = silent_phase,
-                 noise: Sequence[SliceNoise] | None = None) -> tuple[Path, Path]:
+                 made: document.Made = document.Made()) -> tuple[Path, Path]:
     """Write `report.md` and `report.html` into `run_dir` from its grid.parquet and queries.parquet alone,
-    showing its progress as `phase` (`Progress.phase`) does; `noise`: the noise figures, when the run's job made
-    them as it evaluated (`rqsweep.noise.noise_of`).
+    showing its progress as `phase` (`Progress.phase`) does; `made`: what the run's job made already (the noise
+    figures as it evaluated, `rqsweep.noise.noise_of`; the knob ranges it printed).
 
     Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder
     (`finished=False`: the run writing its own report before it marks its folder complete).
     """
     run = read_run_folder(run_dir, finished=finished)
-    blocks = document.build(run, phase(document.STEPS, f"{run.name} report", "parts"), noise)
+    blocks = document.build(run, phase(document.STEPS, f"{run.name} report", "parts"), made)
     md, page = run_dir / "report.md", run_dir / "report.html"
     write_text(md, to_markdown(blocks))
     write_text(page, to_html(blocks, f"rqsweep report: {run.name} {run.run_id}"))

@@ -3,6 +3,7 @@ then why, then the costs, and the per-query detail last."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import polars as pl
@@ -12,7 +13,7 @@ from rqsweep.golden import OVERALL
 from rqsweep.holdout import lines as holdout_lines
 from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
 from rqsweep.noise import SliceNoise
-from rqsweep.report.knob_ranges import knob_range_blocks, knob_ranges
+from rqsweep.report.knob_ranges import KnobRanges, knob_range_blocks, knob_ranges
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
 from rqsweep.report.noise import noise_blocks
@@ -223,30 +224,38 @@ def _recency(run: RunFolder) -> list[Block]:
         Table(recency_cost(k, h, run.limit), note=ASSUMPTION)]
 
 
+@dataclass(frozen=True)
+class Made:
+    """What the run's job made already, which the report would otherwise read again from the folder: the noise
+    figures (made as it evaluated) and the knob ranges (printed on stdout too)."""
+
+    noise: Sequence[SliceNoise] | None = None
+    ranges: KnobRanges | None = None
+
+
 # The report's sections in order: the decision, its cost per slice and the plots first; the per-query detail,
-# widest, last. Each is (run folder, knob tables, cross-validation, noise figures made by the job or None) -> blocks.
+# widest, last. Each is (run folder, knob tables, cross-validation, what the job made) -> blocks.
 _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
-    lambda run, tables, cv, noise: _headline(run, cv), lambda run, tables, cv, noise: _comparison(run),
-    lambda run, tables, cv, noise: _plots(run, tables), lambda run, tables, cv, noise: _held_out(run, cv),
-    lambda run, tables, cv, noise: routing_blocks(run, metric_label(run.objective[0])),
-    lambda run, tables, cv, noise: _significance(run, cv), lambda run, tables, cv, noise: _knobs(run, tables),
-    lambda run, tables, cv, noise: knob_range_blocks(knob_ranges(run.path, run.grid, run.best)),
-    lambda run, tables, cv, noise: _infeasible(run), lambda run, tables, cv, noise: ladder_blocks(run),
-    lambda run, tables, cv, noise: noise_blocks(run, noise), lambda run, tables, cv, noise: _recency(run),
-    lambda run, tables, cv, noise: label_health_blocks(run), lambda run, tables, cv, noise: _changed(run))
+    lambda run, tables, cv, made: _headline(run, cv), lambda run, tables, cv, made: _comparison(run),
+    lambda run, tables, cv, made: _plots(run, tables), lambda run, tables, cv, made: _held_out(run, cv),
+    lambda run, tables, cv, made: routing_blocks(run, metric_label(run.objective[0])),
+    lambda run, tables, cv, made: _significance(run, cv), lambda run, tables, cv, made: _knobs(run, tables),
+    lambda run, tables, cv, made: knob_range_blocks(made.ranges or knob_ranges(run.path, run.grid, run.best)),
+    lambda run, tables, cv, made: _infeasible(run), lambda run, tables, cv, made: ladder_blocks(run),
+    lambda run, tables, cv, made: noise_blocks(run, made.noise), lambda run, tables, cv, made: _recency(run),
+    lambda run, tables, cv, made: label_health_blocks(run), lambda run, tables, cv, made: _changed(run))
 STEPS = 2 + len(_SECTIONS)  # what `build` counts: the knob tables, the cross-validation, then each section
 
 
-def build(run: RunFolder, step: Callable[[int], None] = lambda _: None,
-          noise: Sequence[SliceNoise] | None = None) -> list[Block]:
+def build(run: RunFolder, step: Callable[[int], None] = lambda _: None, made: Made = Made()) -> list[Block]:
     """The report's blocks for one run folder; `step(1)` after each of its `STEPS` parts (a `Progress`).
-    `noise`: the noise figures, when the run's job made them as it evaluated (else read from queries.parquet)."""
+    `made`: what the run's job made already (else read from the folder)."""
     tables = {knob: knob_table(run, knob) for knob in KNOBS if knob not in run.refused_knobs}
     step(1)
     cv = run_cross_validation(run)
     step(1)
     blocks: list[Block] = []
     for section in _SECTIONS:
-        blocks += section(run, tables, cv, noise)
+        blocks += section(run, tables, cv, made)
         step(1)
     return blocks
