@@ -41,7 +41,7 @@ def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, val
     noise_given, write_report = [], job.write_report
 
     def write_report_and_look(run_dir, **kwargs):
-        noise_given.append(kwargs["noise"] is not None)
+        noise_given.append(kwargs["made"].noise is not None)
         return write_report(run_dir, **kwargs)
 
     monkeypatch.setattr(job, "write_report", write_report_and_look)
