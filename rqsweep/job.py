@@ -418,6 +418,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         chosen = done.best or sweep.baseline_id
         label, metric = metrics.get(config.objective.metric).label, config.objective.metric
         verdict = decide(done.best, sweep.baseline_id, done.routing, done.kept,
+                         None if done.routing is not None else
                          in_sample_rows(run_dir / QUERIES, done.best, sweep.baseline_id, metric), metric, label)
         # The ranked lists behind the two settings a reader compares: 2 x |golden| more searches.
         named = {sid: knobs_of(done.settings, sid) for sid in dict.fromkeys([sweep.baseline_id, chosen])}

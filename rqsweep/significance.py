@@ -62,29 +62,15 @@ def _rounds(rng: np.random.Generator, draw: Callable[[np.random.Generator, int],
 
 def paired_test(differences: np.ndarray, seed: int = SEED, groups: np.ndarray | None = None) -> PairedTest:
     """Bootstrap interval and sign-flip permutation p-value of the mean of paired differences. With `groups` (per
-    difference, its group), whole groups are resampled and flipped: queries of a group are not independent."""
+    difference, its group), whole groups are resampled and flipped: queries of a group are not independent;
+    without, each difference is a group of its own."""
     d = np.asarray(differences, dtype=np.float64)
     n = d.size
     if n == 0:
         return PairedTest(0, 0, 0.0, 0.0, 0.0, 1.0)
-    if groups is not None:
-        return _grouped_test(d, np.unique(np.asarray(groups), return_inverse=True)[1], seed)
-    rng = np.random.default_rng(seed)
-    boot = _rounds(rng, lambda g, m: d[g.integers(0, n, size=(m, n))].mean(axis=1))
-    low, high = np.quantile(boot, [ALPHA / 2, 1 - ALPHA / 2])
-    flips = _rounds(rng, lambda g, m: (d * g.choice((-1.0, 1.0), size=(m, n))).mean(axis=1))
-    observed = abs(d.mean())
-    # Relative slack: a flip that reproduces the observed mean up to float rounding counts as extreme.
-    extreme = np.count_nonzero(np.abs(flips) >= observed - 1e-12 * max(1.0, observed))
-    p_value = (extreme + 1) / (ROUNDS + 1)  # the observed labelling is one of the permutations
-    return PairedTest(n, int(np.count_nonzero(d)), float(d.mean()), float(low), float(high), float(p_value))
-
-
-def _grouped_test(d: np.ndarray, group: np.ndarray, seed: int) -> PairedTest:
-    """`paired_test` over whole groups (`group`: each difference's group, 0..g-1): a cluster bootstrap of the mean
-    and a sign flip per group."""
+    group = np.arange(n) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
     sums, sizes = np.bincount(group, weights=d), np.bincount(group).astype(np.float64)
-    g, n = sums.size, d.size
+    g = sums.size
     rng = np.random.default_rng(seed)
 
     def resampled(r: np.random.Generator, m: int) -> np.ndarray:
@@ -95,9 +81,10 @@ def _grouped_test(d: np.ndarray, group: np.ndarray, seed: int) -> PairedTest:
     low, high = np.quantile(boot, [ALPHA / 2, 1 - ALPHA / 2])
     flips = _rounds(rng, lambda r, m: (sums * r.choice((-1.0, 1.0), size=(m, g))).sum(axis=1) / n)
     observed = abs(d.mean())
+    # Relative slack: a flip that reproduces the observed mean up to float rounding counts as extreme.
     extreme = np.count_nonzero(np.abs(flips) >= observed - 1e-12 * max(1.0, observed))
-    return PairedTest(n, int(np.count_nonzero(d)), float(d.mean()), float(low), float(high),
-                      float((extreme + 1) / (ROUNDS + 1)))
+    p_value = (extreme + 1) / (ROUNDS + 1)  # the observed labelling is one of the permutations
+    return PairedTest(n, int(np.count_nonzero(d)), float(d.mean()), float(low), float(high), float(p_value))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
