@@ -29,6 +29,20 @@ from rqsweep.validation import CrossValidation, summary_lines
 
 
 def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
+    """The decision first (`verdict`), the locked holdout's and the cross-validation's figures, the warnings."""
+    decision = run.record.decision
+    lines = decision["lines"] if isinstance(decision, dict) else []
+    if isinstance(run.record.holdout, dict):
+        lines = [*lines, *holdout_lines(run.record.holdout, metric_label(run.objective[0]))]
+    if cv:
+        lines = [*lines, summary_lines(cv, metric_label(run.objective[0]))[0]]
+    return [Heading(f"rqsweep report: {run.name}", 1), *(Paragraph(line) for line in lines),
+            *(Paragraph(f"Warning: {w}.") for w in run.warnings)]
+
+
+def _facts(run: RunFolder) -> list[Block]:
+    """Below the decision's cost: the table a caller applies (a setting per slice), then where the rankings came
+    from, what ran, and the best in sample against the baseline."""
     overall = run.overall()
     metric, slice_ = run.objective
     facts = (f"Run {run.run_id} · {run.strategy} over {overall.height} settings, "
@@ -42,28 +56,20 @@ def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
         best = format_cell(metric, run.slice_rows(run.best)[slice_][metric])
         best_line = (f"Best feasible setting in sample: {run.label(run.best)}, {metric_label(metric)} on {slice_} "
                      f"{best} against the baseline's {base} ({run.label(run.baseline)}).")
-    held_out = [Paragraph(summary_lines(cv, metric_label(metric))[0])] if cv else []
     source = (f"Rankings from {describe_profile(run.server_profile)}." if run.server_profile else
               "Rankings from a backend this run did not record (written before rqsweep kept a server profile).")
-    return [Heading(f"rqsweep report: {run.name}", 1), *_verdict(run), Paragraph(source), Paragraph(facts),
-            Paragraph(best_line), *held_out, *(Paragraph(f"Warning: {w}.") for w in run.warnings)]
+    return [*_applied(run), Paragraph(source), Paragraph(facts), Paragraph(best_line)]
 
 
-def _verdict(run: RunFolder) -> list[Block]:
-    """The decision first (`verdict`), and the table a caller applies: a setting per slice."""
+def _applied(run: RunFolder) -> list[Block]:
+    """When the decision routes: the setting each slice's queries are sent with."""
     decision = run.record.decision
-    if not isinstance(decision, dict):
+    routes = (decision.get("routes") or {}) if isinstance(decision, dict) else {}
+    if not routes:
         return []
-    blocks: list[Block] = [Paragraph(line) for line in decision["lines"]]
-    if isinstance(run.record.holdout, dict):
-        blocks += [Paragraph(line) for line in holdout_lines(run.record.holdout, metric_label(run.objective[0]))]
-    routes = decision.get("routes") or {}
-    if routes:
-        applied = [{"slice": s, "setting": run.label(routes[s]["setting_id"] if s in routes
-                                                     else decision["setting_id"]),
-                    "routed": "yes" if s in routes else "no"} for s in run.slices if s != OVERALL]
-        blocks.append(Table(pl.DataFrame(applied), note="The setting each slice's queries are sent with."))
-    return blocks
+    applied = [{"slice": s, "setting": run.label(routes[s]["setting_id"] if s in routes else decision["setting_id"]),
+                "routed": "yes" if s in routes else "no"} for s in run.slices if s != OVERALL]
+    return [Table(pl.DataFrame(applied), note="The setting each slice's queries are sent with.")]
 
 
 def _held_out(run: RunFolder, cv: CrossValidation | None) -> list[Block]:
@@ -237,6 +243,7 @@ class Made:
 # widest, last. Each is (run folder, knob tables, cross-validation, what the job made) -> blocks.
 _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
     lambda run, tables, cv, made: _headline(run, cv), lambda run, tables, cv, made: _comparison(run),
+    lambda run, tables, cv, made: _facts(run),
     lambda run, tables, cv, made: _plots(run, tables), lambda run, tables, cv, made: _held_out(run, cv),
     lambda run, tables, cv, made: routing_blocks(run, metric_label(run.objective[0])),
     lambda run, tables, cv, made: _significance(run, cv), lambda run, tables, cv, made: _knobs(run, tables),
