@@ -28,7 +28,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from rqsweep.config import read_validation  # noqa: E402
 from rqsweep.report.tables import metric_label  # noqa: E402
 from rqsweep.runfolder import read_run_folder  # noqa: E402
-from rqsweep.validation import FoldSums, cross_validate, summary_lines  # noqa: E402
+from rqsweep.decide.cross_validation import FoldSums, cross_validate, summary_lines  # noqa: E402
 
 
 def median_seconds(action, repeat: int = 7) -> float:

@@ -5,9 +5,9 @@
 
 For each config (configs/handbook-stand-in.yaml, the handbook under the eval stand-in embedder;
 configs/soat-golden.yaml when SOAT's golden set is present) the config's grid
-(rqsweep/sweeps/handbook-grid.yaml) is the reference. Its space is searched four ways: the grid in its
+(sweeps/handbook-grid.yaml) is the reference. Its space is searched four ways: the grid in its
 order, random proposals, TPE, and TPE warm-started from a coarse grid; and the shipped optimise sweep
-(rqsweep/sweeps/optimize-tpe.yaml, its own continuous space) runs as shipped but for its seed and budget.
+(sweeps/optimize-tpe.yaml, its own continuous space) runs as shipped but for its seed and budget.
 Each method runs through the real job (`rqsweep.job.Sweep` on the embedded backend), so the curve counts
 what a run counts: distinct settings, repeats free.
 
@@ -40,8 +40,8 @@ from rqsweep.golden import OVERALL  # noqa: E402
 from rqsweep.inputs import load_inputs  # noqa: E402
 from rqsweep.job import Sweep  # noqa: E402
 from rqsweep.progress import Progress  # noqa: E402
-from rqsweep.strategy import StudyIdentity, run_optimize  # noqa: E402
-from rqsweep.study import StudyStorage  # noqa: E402
+from rqsweep.search.strategy import StudyIdentity, run_optimize  # noqa: E402
+from rqsweep.search.study import StudyStorage  # noqa: E402
 
 METHODS = {"random": ("random", 0), "tpe": ("tpe", 0), "tpe + warm start": ("tpe", 32)}
 SHIPPED = "optimize-tpe"

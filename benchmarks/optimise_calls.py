@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python benchmarks/optimise_calls.py                # seeds 3 and 5 (6 and 3 repeats)
     nice -n 10 .venv/bin/python benchmarks/optimise_calls.py --seeds 3 --trials 50
 
-The journal part runs rqsweep/sweeps/optimize-tpe.yaml on configs/handbook-stand-in.yaml through the real job
+The journal part runs sweeps/optimize-tpe.yaml on configs/handbook-stand-in.yaml through the real job
 (benchmarks/optimise.py's `run`, budget 300), then Optuna's floor for it (optimise.py's `floor`), with
 `time.process_time` around each Optuna call the search makes: `Study.ask`, `suggest` (multivariate TPE samples
 at the first `suggest_int`), `Trial.set_user_attr`, `_tell` (a repeat's and a distinct setting's apart) and
@@ -31,11 +31,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import optimise  # noqa: E402
-from rqsweep import strategy  # noqa: E402
+from rqsweep.search import strategy  # noqa: E402
 from rqsweep.backends import build_backend  # noqa: E402
 from rqsweep.config import _sweep  # noqa: E402
 from rqsweep.inputs import load_inputs  # noqa: E402
-from rqsweep.study import StudyStorage  # noqa: E402
+from rqsweep.search.study import StudyStorage  # noqa: E402
 
 CPU: collections.defaultdict[str, float] = collections.defaultdict(float)
 CALLS: collections.Counter[str] = collections.Counter()

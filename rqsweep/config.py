@@ -128,7 +128,7 @@ class Chunking:
 @dataclass(frozen=True)
 class KnobSpec:
     """Values of one knob: a list, a range (`step`, or `num` points, optionally log-spaced), or `quantiles` of the
-    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.space.resolve`), and `values`
+    data the knob acts on (`DATA_KEYS`), resolved when the run starts (`rqsweep.search.space.resolve`), and `values`
     beside them when given."""
 
     values: tuple | None = None
@@ -377,7 +377,7 @@ class JobConfig:
     workers: WorkersConfig
     output_dir: Path
     validation: Validation | None = Validation()
-    holdout: float | None = None  # `holdout: {fraction: F}`: the share of queries never chosen on (`rqsweep.holdout`)
+    holdout: float | None = None  # `holdout: {fraction: F}`: the share of queries never chosen on (`rqsweep.decide.holdout`)
     golden_rules: GoldenRules = GoldenRules()
     corpus_files: CorpusFiles = CorpusFiles()
     relevance_level: int = 1  # binary metrics count an expected item graded at least this (pytrec_eval's default)
@@ -400,7 +400,7 @@ def _number_list(sec: Section, key: str, checker: Callable) -> tuple:
 
 
 # Knob -> the key that takes its values from the data: quantiles of the vector channel's similarities (a floor
-# acts on those) and of the memories' ages (a half-life acts on those). `rqsweep.space.resolve` resolves them.
+# acts on those) and of the memories' ages (a half-life acts on those). `rqsweep.search.space.resolve` resolves them.
 DATA_KEYS = {MIN_SIMILARITY: "quantiles", HALF_LIFE: "age_quantiles"}
 
 
@@ -452,7 +452,10 @@ def _knob_spec(sec: Section, knob: str) -> KnobSpec:
     return KnobSpec(low=low, high=high, step=step, num=num, log=log, off=off)
 
 
-SHIPPED_SWEEPS = Path(__file__).resolve().parent / "sweeps"  # package data: `rqsweep sweeps` lists them
+# The project's sweeps/ (`rqsweep sweeps` lists them): a wheel maps it into the package (pyproject's
+# package-dir); a source checkout, editable installs included, has it beside the package.
+_PACKAGE = Path(__file__).resolve().parent
+SHIPPED_SWEEPS = next(p for p in (_PACKAGE / "sweeps", _PACKAGE.parent / "sweeps") if p.is_dir())
 
 
 def sweep_folders(config: Path) -> list[Path]:

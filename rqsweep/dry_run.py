@@ -9,7 +9,7 @@ from rqsweep.backends import BACKENDS
 from rqsweep.inputs import load_inputs, with_study
 from rqsweep.progress import Progress
 from rqsweep.scrub import redact_url
-from rqsweep.space import describe, grid
+from rqsweep.search.space import describe, grid
 
 
 def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | None = None) -> str:

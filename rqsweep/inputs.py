@@ -16,7 +16,7 @@ from rqsweep.engine.embed.local import installed_models, resolve_model
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
 from rqsweep.golden.split import split_holdout
-from rqsweep.space import refuse_without_data
+from rqsweep.search.space import refuse_without_data
 
 
 @dataclass
@@ -26,7 +26,7 @@ class Inputs:
     corpus: Corpus
     corpus_sha256: str | None  # of the corpus's content (Corpus.sha256), when it is not inline in the golden set
     metrics: tuple[str, ...]  # what the run computes: the config's `metrics:`, plus what objective and constraints use
-    holdout: GoldenSet | None = None  # `holdout:`'s queries, taken out of `golden` (`rqsweep.holdout`)
+    holdout: GoldenSet | None = None  # `holdout:`'s queries, taken out of `golden` (`rqsweep.decide.holdout`)
 
     @property
     def searched(self) -> GoldenSet:

@@ -17,7 +17,7 @@ import polars as pl
 
 from rqsweep import metrics
 from rqsweep.backends import OUTCOME_SCHEMA, Backend, build_backend
-from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.decide.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.config import JobConfig
 from rqsweep.errors import BackendError, BackendRefused, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
@@ -25,7 +25,7 @@ from rqsweep.files import ParquetGroups
 from rqsweep.golden import OVERALL
 from rqsweep.inputs import Inputs, load_inputs, with_study
 from rqsweep.knobs import Knobs
-from rqsweep.noise import SliceNoise, baseline_values, noise_of, setting_spreads
+from rqsweep.decide.noise import SliceNoise, baseline_values, noise_of, setting_spreads
 from rqsweep.progress import Progress
 from rqsweep.report import write_report
 from rqsweep.report.document import Made
@@ -33,7 +33,7 @@ from rqsweep.report.knob_ranges import knob_ranges
 from rqsweep.report.label_health import Tally, run_label_health, tally
 from rqsweep.report.routing import summary_lines as routing_lines
 from rqsweep.report.summary import summarise
-from rqsweep.routing import Routing, route
+from rqsweep.decide.routing import Routing, route
 from rqsweep.runfolder import QUERIES, RunRecord, RunState, holding, mark, run_folder_of
 from rqsweep.runfolder.folder import remove_if_bare
 from rqsweep.runfolder.record import setting_summary
@@ -41,13 +41,13 @@ from rqsweep.runfolder.state import whole_settings
 from rqsweep.runfolder.tables import (QUERY_ROWS_PER_GROUP, Stamp, golden_table, grid_table, hits_table, knobs_of,
                                       open_queries, query_table, setting_knobs, table_metadata, write_grid, write_hits,
                                       write_queries, write_label_health, write_ranked, write_routing, write_settings)
-from rqsweep.space import grid, resolve
-from rqsweep.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
-from rqsweep.study import StudyStorage, study_name
-from rqsweep.trials import gathered, joined_study, outcome_attrs
-from rqsweep.validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
-from rqsweep.holdout import figures, key_of, lines as holdout_lines, reads
-from rqsweep.verdict import Verdict, decide, in_sample_rows, numeric_range
+from rqsweep.search.space import grid, resolve
+from rqsweep.search.strategy import BUDGET, StudyIdentity, run_grid, run_optimize
+from rqsweep.search.study import StudyStorage, study_name
+from rqsweep.search.trials import gathered, joined_study, outcome_attrs
+from rqsweep.decide.cross_validation import CrossValidation, FoldSums, PartSums, cross_validate, summary_lines
+from rqsweep.decide.holdout import figures, key_of, lines as holdout_lines, reads
+from rqsweep.decide.verdict import Verdict, decide, in_sample_rows, numeric_range
 
 
 @dataclass
@@ -100,7 +100,7 @@ class Sweep:
 
     def __init__(self, inputs: Inputs, backend: Backend, run_dir: Path, run_id: str, progress: Progress,
                  data_values: dict[str, list[float]] | None = None):
-        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`)."""
+        """`data_values`: knob -> the values its sweep's quantiles took from the data (`rqsweep.search.space.resolve`)."""
         self.inputs, self.backend, self.run_dir, self.run_id = inputs, backend, run_dir, run_id
         self.data_values = data_values
         self.config, self.golden = inputs.config, inputs.golden
@@ -149,7 +149,7 @@ class Sweep:
 
     def holdout_figures(self, verdict: Verdict, run_dir: Path) -> dict | None:
         """run.json's `holdout`: the verdict's setting and routing table read once on the locked holdout, searched
-        now (`rqsweep.holdout`); None without one."""
+        now (`rqsweep.decide.holdout`); None without one."""
         holdout = self.inputs.holdout
         if holdout is None:
             return None
@@ -162,7 +162,7 @@ class Sweep:
 
     def chosen_on(self, rows: pl.DataFrame) -> pl.DataFrame:
         """The backend's rows of the queries a run chooses on: a locked holdout's are dropped before anything sees
-        them (`rqsweep.holdout`)."""
+        them (`rqsweep.decide.holdout`)."""
         return rows if self.inputs.holdout is None else rows.filter(pl.col("query_id").is_in(self.query_ids))
 
     def scored_parts(self, rows: pl.DataFrame) -> Iterator[tuple[pl.DataFrame, Scores]]:
@@ -239,7 +239,7 @@ class Sweep:
 
     def optimise(self, storage: StudyStorage, *, coordinator: bool) -> None:
         """Run (or join, as a worker) the study; with a shared storage, each setting's outcome rides on its trial
-        (`rqsweep.trials`) and the coordinator records what every worker evaluated."""
+        (`rqsweep.search.trials`) and the coordinator records what every worker evaluated."""
         obj = self.config.objective
         identity = StudyIdentity(study_name(self.config.name, self.run_id), f"{obj.metric}[{obj.slice}]", {
             "run_id": self.run_id, "config": self.config.name, "config_sha256": self.config.sha256,

@@ -58,7 +58,7 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     cv = _cross_validation(queries, list(settings), baseline, config or CONFIG)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_parquet(run_dir / "grid.parquet", grid,
-                  metadata if cv is None else {**metadata, "rqsweep.validation": json.dumps(cv.as_json())})
+                  metadata if cv is None else {**metadata, "rqsweep.decide.cross_validation": json.dumps(cv.as_json())})
     knobs = pl.DataFrame([{"setting_id": sid, **Knobs.from_id(sid).columns()} for sid in queries["setting_id"].unique()],
                          schema={"setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64,
                                  "recency_half_life_days": pl.Float64})
@@ -79,7 +79,7 @@ def _cross_validation(queries: pl.DataFrame, order: list[str], baseline: str, co
     """What the run's end computes from its per-query rows (`validation:` as in `config`); a setting without rows
     counts as failed searches, as a run whose searches all failed."""
     from rqsweep.config import Constraint, read_validation
-    from rqsweep.validation import FoldSums, cross_validate
+    from rqsweep.decide.cross_validation import FoldSums, cross_validate
 
     settings = read_validation(config.get("validation"), Path("job.yaml"))
     if settings is None or queries.is_empty():

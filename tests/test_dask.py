@@ -385,7 +385,7 @@ def test_the_bar_moves_as_parts_of_a_batch_finish_and_the_batch_count_replaces_t
 def test_a_dask_batch_advances_once_per_finished_shard(tmp_path):
     from rqsweep.backends.embedded import build_embedded_backend
     from rqsweep.inputs import load_inputs
-    from rqsweep.space import grid
+    from rqsweep.search.space import grid
 
     inputs = load_inputs(handbook_job(tmp_path, {"backend": "dask", "n": 2}), lambda _: None)
     parts = []

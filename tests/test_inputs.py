@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ from rqsweep.config import load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import load_golden
 from rqsweep.corpus import load_corpus
-from rqsweep.space import grid, knob_values
+from rqsweep.search.space import grid, knob_values
 from rqsweep.knobs import Knobs
 from tests.minijob import write_job
 
@@ -229,3 +232,31 @@ def test_shipped_sweeps_resolve_from_any_folder_and_a_sweeps_folder_beside_the_c
     assert load_config(config, BACKENDS).sweep.knobs["rrf_k"].values == (1, 60)
     assert main(["sweeps", str(config)]) == 0
     assert f"rrf-k-only     ours  ({tmp_path / 'team-repo' / 'sweeps' / 'rrf-k-only.yaml'})" in capsys.readouterr().out
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_top_level_sweeps_are_the_shipped_ones_in_a_checkout_and_in_a_built_wheel(tmp_path):
+    import tomllib
+    import zipfile
+
+    from rqsweep.config import SHIPPED_SWEEPS
+
+    top_level = sorted(p.name for p in (ROOT / "sweeps").glob("*.yaml"))
+    assert SHIPPED_SWEEPS == ROOT / "sweeps" and top_level  # an editable install reads the checkout's sweeps/
+    # pyproject lists the packages (so that sweeps/ maps into the wheel): none may be left out.
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "rqsweep").rglob("__init__.py")}
+    assert set(listed) == folders | {"rqsweep.sweeps"}
+    source = tmp_path / "source"  # a copy: building writes build/ and egg-info beside the sources
+    for part in ("rqsweep", "sweeps"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, source / part)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--wheel-dir", str(tmp_path), str(source)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("rqsweep-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert sorted(n.split("/")[-1] for n in names if n.startswith("rqsweep/sweeps/")) == top_level
+    assert {".".join(n.split("/")[:-1]) for n in names if n.endswith("/__init__.py")} == folders

@@ -7,7 +7,7 @@ import polars as pl
 from rqsweep import job
 from rqsweep.config import Constraint
 from rqsweep.errors import NoFeasibleSetting
-from rqsweep.ladder import LADDER, with_max_drop
+from rqsweep.decide.ladder import LADDER, with_max_drop
 from rqsweep.report.ladder import ladder_table
 from rqsweep.runfolder import read_run_folder
 from tests.minijob import STEADY_ENTITY_QUERIES, write_job

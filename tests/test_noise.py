@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from scipy import stats  # in requirements.lock (pytrec-eval-terrier's): an independent reference here
 
-from rqsweep.noise import (MOST_QUERIES, POWER, SliceNoise, bound_warnings, minimum_detectable_difference,
+from rqsweep.decide.noise import (MOST_QUERIES, POWER, SliceNoise, bound_warnings, minimum_detectable_difference,
                            queries_needed, slice_noise, t_quantile)
 
 # Per-query MRR differences as a sweep makes them: most queries unmoved, some up or down by a rank or a hit.

@@ -177,7 +177,7 @@ def test_a_study_in_a_database_carries_every_setting_to_the_collector(tmp_path, 
 def test_an_unreachable_storage_is_a_backend_error_without_its_password(tmp_path):
     from rqsweep.errors import BackendError
     from rqsweep.runfolder import redact
-    from rqsweep.study import StudyStorage
+    from rqsweep.search.study import StudyStorage
 
     url = "postgresql://tuner:pw-never-shown@127.0.0.1:1/studies"
     with pytest.raises(BackendError) as err:
@@ -188,7 +188,7 @@ def test_an_unreachable_storage_is_a_backend_error_without_its_password(tmp_path
 
 
 def test_a_journal_line_cut_by_a_kill_is_dropped_so_the_next_append_starts_its_own(tmp_path):
-    from rqsweep.study import BatchedJournalFile
+    from rqsweep.search.study import BatchedJournalFile
 
     path = tmp_path / "optuna.journal"
     journal = BatchedJournalFile(path)
@@ -218,7 +218,7 @@ def test_a_fixed_seed_gives_the_same_search_and_every_trial_has_every_knob(tmp_p
 
 def test_a_real_range_is_cut_to_its_precision_with_off_first():
     from rqsweep.config import KnobSpec
-    from rqsweep.space import knob_levels
+    from rqsweep.search.space import knob_levels
 
     linear = knob_levels("min_similarity", KnobSpec(low=0.0, high=0.6, off=True))
     assert linear[0] is None and len(linear) == 102 and linear[1:4] == [0.0, 0.006, 0.012] and linear[-1] == 0.6

@@ -22,8 +22,8 @@ from rqsweep.job import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.serve import Faults
-from rqsweep.strategy import TOLD
-from rqsweep.study import StudyStorage
+from rqsweep.search.strategy import TOLD
+from rqsweep.search.study import StudyStorage
 from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
 from tests.pgserver import PostgresUnavailable, start_cluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rqsweep.config import Constraint
-from rqsweep.constraints import SliceMeans, choose_best, choose_robust
+from rqsweep.decide.constraints import SliceMeans, choose_best, choose_robust
 
 SLICES = ["entity", "semantic"]
 FLOOR = (Constraint("mrr", "*", 0.5, None),)

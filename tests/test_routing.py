@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from rqsweep.config import Constraint, Validation
-from rqsweep.constraints import choose_best
+from rqsweep.decide.constraints import choose_best
 from rqsweep.golden import OVERALL
-from rqsweep.routing import Route, _Chooser, _fold_sum, route
-from rqsweep.validation import FoldSums, Rule, assign_folds
+from rqsweep.decide.routing import Route, _Chooser, _fold_sum, route
+from rqsweep.decide.cross_validation import FoldSums, Rule, assign_folds
 from tests.test_validation import fold_members, golden, per_query
 
 B, S, X, N = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0", "k5_moff_h0.0"

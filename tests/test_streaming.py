@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from rqsweep import files, metrics
 from rqsweep.backends.base import OUTCOME_SCHEMA
-from rqsweep.constraints import SliceMeans, choose_best
+from rqsweep.decide.constraints import SliceMeans, choose_best
 from rqsweep.files import write_parquet_groups
 from rqsweep.inputs import load_inputs
 from rqsweep.job import Sweep
@@ -21,7 +21,7 @@ from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.runfolder import RunState
 from rqsweep.runfolder.tables import Stamp, golden_table, grid_table, query_table, setting_knobs
-from rqsweep.validation import FoldSums, cross_validate
+from rqsweep.decide.cross_validation import FoldSums, cross_validate
 from tests.minijob import QUERIES, write_job
 
 METRICS = ["recall_at_5", "recall_at_10", "mrr", "ndcg_at_3"]

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from rqsweep.errors import BackendError
-from rqsweep.study import StudyStorage
+from rqsweep.search.study import StudyStorage
 
 
 def _open(url: str, meet, said) -> None:

@@ -12,7 +12,7 @@ from rqsweep.backends import BACKENDS
 from rqsweep.config import Constraint, Validation, load_config
 from rqsweep.errors import InputError
 from rqsweep.golden import OVERALL
-from rqsweep.validation import CrossValidation, FoldSums, Gain, assign_folds, cross_validate, summary_lines
+from rqsweep.decide.cross_validation import CrossValidation, FoldSums, Gain, assign_folds, cross_validate, summary_lines
 from tests.minijob import write_job
 
 B, S, X = "k60_moff_h0.0", "k20_moff_h0.0", "k1_moff_h0.0"  # baseline, steady gain, spike on one fold
@@ -238,7 +238,7 @@ def paraphrases(groups: int, size: int = 2) -> pl.DataFrame:
 
 
 def test_grouped_folds_never_split_the_queries_of_an_expected_key():
-    from rqsweep.validation import expected_groups
+    from rqsweep.decide.cross_validation import expected_groups
 
     queries = paraphrases(30)
     # Two pairs joined through a third key: q0000 and q0010 both also expect `shared`, so four queries are one group.
@@ -284,7 +284,7 @@ def test_a_paraphrase_split_across_folds_inflates_the_ungrouped_held_out_gain():
 
 
 def test_a_grouped_test_counts_a_group_once():
-    from rqsweep.significance import paired_test
+    from rqsweep.decide.significance import paired_test
 
     # Ten queries gain 0.1, but they are two groups of five paraphrases: two observations, whose signs flip to
     # a mean as large in 2 of their 4 labellings.

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from rqsweep.routing import Route, Routing
-from rqsweep.significance import ALPHA, PairedTest
-from rqsweep.verdict import decide
+from rqsweep.decide.routing import Route, Routing
+from rqsweep.decide.significance import ALPHA, PairedTest
+from rqsweep.decide.verdict import decide
 
 BASE, BEST, OWN = "k60_moff_h0.0", "k3_moff_h0.0", "k2_moff_h60.0"
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep import job, metrics
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.config import Constraint
-from rqsweep.constraints import SliceMeans, choose_best, constraint_values
+from rqsweep.decide.constraints import SliceMeans, choose_best, constraint_values
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from tests.finished_runs import assert_knob_columns_match_ids

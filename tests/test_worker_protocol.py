@@ -10,8 +10,8 @@ import pytest
 
 from rqsweep import job
 from rqsweep.backends.embedded import EmbeddedBackend
-from rqsweep.strategy import TOLD
-from rqsweep.study import MAX_RETRIES, StudyStorage
+from rqsweep.search.strategy import TOLD
+from rqsweep.search.study import MAX_RETRIES, StudyStorage
 from tests.minijob import write_job
 
 SWEEP = {"strategy": "optimize", "knobs": {"rrf_k": {"low": 1, "high": 200, "log": True},

@@ -9,8 +9,8 @@ import optuna
 import pytest
 
 from rqsweep.errors import InputError
-from rqsweep.study import StudyStorage
-from rqsweep.trials import joined_study
+from rqsweep.search.study import StudyStorage
+from rqsweep.search.trials import joined_study
 
 
 def test_a_worker_waits_for_a_study_that_appears_and_joins_it(tmp_path):

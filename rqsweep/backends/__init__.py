@@ -29,7 +29,7 @@ class BackendKind:
     read: Callable[[Section], object]  # the `backend:` section -> this backend's config (`JobConfig.backend`)
     builder: str  # "module:function", imported when built: a run on one backend loads none of another's modules
     searches: str  # what a (setting x query) evaluation costs, for --dry-run
-    knob_data: bool = False  # its backend reports what a sweep's `quantiles` take (`rqsweep.space.KnobData`)
+    knob_data: bool = False  # its backend reports what a sweep's `quantiles` take (`rqsweep.search.space.KnobData`)
 
     def build(self, *args, **kwargs) -> Backend:
         module, function = self.builder.split(":")

@@ -14,12 +14,8 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from rqsweep.config import Chunking, Section, read_chunking
+from rqsweep.engine.index_cache import DEFAULT_MAX_MB
 from rqsweep.errors import InputError
-
-
-# The bound on the index cache's stored rows (cache_dir/index/), in megabytes: about 400,000 chunks of 1,024-d
-# float32 vectors with their lexemes.
-DEFAULT_MAX_MB = 2048
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rqsweep.backends.embedded_config import DEFAULT_MAX_MB
 from rqsweep.config import Chunking
 from rqsweep.engine import runs
 from rqsweep.engine.runs import ranges
@@ -37,6 +36,9 @@ from rqsweep.engine.tsearch.parser import RunCache
 
 # The sources that decide a text's lexemes: a changed port never reads the lexemes of an older one.
 _PARSER = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (parser, chars, _unicode_data, runs))).hexdigest()
+# The bound on the index cache's stored rows (cache_dir/index/), in megabytes: about 400,000 chunks of 1,024-d
+# float32 vectors with their lexemes.
+DEFAULT_MAX_MB = 2048
 _FORMAT = 2  # the file's user_version: 0 (no version) held float32 rows and lexemes as strings
 _MAGIC, _CRC, _HEADER = b"RQX2", struct.Struct("<I"), struct.Struct("<IIIc")  # rows, dimensions, parts, vectors' type
 _VECTOR_TYPES = {b"b": "<i1", b"h": "<i2", b"i": "<i4", b"f": "<f4"}  # quarter counts, or float32 rows

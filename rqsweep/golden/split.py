@@ -1,6 +1,6 @@
 """The locked holdout's queries (`holdout: {fraction: F}`): a query is held out when the first 64 bits of its id's
 SHA-256, as a fraction of 2^64, fall below F. A stable draw per id: the same queries stay held out as the golden
-set grows, and new queries join the holdout at the same rate. What a run does with them: `rqsweep.holdout`."""
+set grows, and new queries join the holdout at the same rate. What a run does with them: `rqsweep.decide.holdout`."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ def write_report(run_dir: Path, *, finished: bool = True, phase: Phase = silent_
                  made: document.Made = document.Made()) -> tuple[Path, Path]:
     """Write `report.md` and `report.html` into `run_dir` from its grid.parquet and queries.parquet alone,
     showing its progress as `phase` (`Progress.phase`) does; `made`: what the run's job made already (the noise
-    figures as it evaluated, `rqsweep.noise.noise_of`; the knob ranges it printed).
+    figures as it evaluated, `rqsweep.decide.noise.noise_of`; the knob ranges it printed).
 
     Returns (markdown path, html path). Raises InputError when `run_dir` is not a finished run folder
     (`finished=False`: the run writing its own report before it marks its folder complete).

@@ -10,9 +10,9 @@ import polars as pl
 
 from rqsweep.backends.base import describe_profile
 from rqsweep.golden import OVERALL
-from rqsweep.holdout import lines as holdout_lines
+from rqsweep.decide.holdout import lines as holdout_lines
 from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
-from rqsweep.noise import SliceNoise
+from rqsweep.decide.noise import SliceNoise
 from rqsweep.report.knob_ranges import KnobRanges, knob_range_blocks, knob_ranges
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
@@ -22,10 +22,10 @@ from rqsweep.report.held_out import gain_table, run_cross_validation, why_not_va
 from rqsweep.report.recency import ASSUMPTION, recency_cost
 from rqsweep.report.summary import SENSITIVE
 from rqsweep.report.render import Block, Figure, Heading, Paragraph, Table, format_cell
-from rqsweep.significance import ALPHA, ROUNDS, SEED, significance_table
+from rqsweep.decide.significance import ALPHA, ROUNDS, SEED, significance_table
 from rqsweep.report.tables import best_vs_baseline, changed_queries, chosen_row, metric_label, infeasible_groups, knob_label, knob_table
 from rqsweep.runfolder import RunFolder
-from rqsweep.validation import CrossValidation, summary_lines
+from rqsweep.decide.cross_validation import CrossValidation, summary_lines
 
 
 def _headline(run: RunFolder, cv: CrossValidation | None) -> list[Block]:

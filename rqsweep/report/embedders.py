@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from rqsweep.constraints import Robust, SliceMeans, Verdicts, choose_robust
+from rqsweep.decide.constraints import Robust, SliceMeans, Verdicts, choose_robust
 from rqsweep.golden import OVERALL
 from rqsweep.metrics import get as metric
 from rqsweep.report.render import Block, Heading, Paragraph, Table

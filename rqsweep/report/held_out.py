@@ -1,4 +1,4 @@
-"""The report's held-out gain: the cross-validation (rqsweep.validation) the run did, read from grid.parquet."""
+"""The report's held-out gain: the cross-validation (rqsweep.decide.cross_validation) the run did, read from grid.parquet."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from rqsweep.config import read_validation
 from rqsweep.golden import OVERALL
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder
-from rqsweep.validation import CrossValidation
+from rqsweep.decide.cross_validation import CrossValidation
 
 
 def run_cross_validation(run: RunFolder) -> CrossValidation | None:
-    """The run's cross-validation (its `rqsweep.validation` metadata); None when it was off or had too few queries."""
+    """The run's cross-validation (its `rqsweep.decide.cross_validation` metadata); None when it was off or had too few queries."""
     return None if run.validation is None else CrossValidation.from_json(run.validation)
 
 

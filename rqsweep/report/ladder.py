@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from rqsweep.constraints import SliceMeans
-from rqsweep.ladder import LADDER, constraint_ladder
+from rqsweep.decide.constraints import SliceMeans
+from rqsweep.decide.ladder import LADDER, constraint_ladder
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder

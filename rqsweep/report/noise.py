@@ -6,9 +6,9 @@ from typing import Sequence
 
 import polars as pl
 
-from rqsweep.constraints import constraint_slices
+from rqsweep.decide.constraints import constraint_slices
 from rqsweep.metrics import GATED
-from rqsweep.noise import ALPHA, PASS_COLUMNS, POWER, SliceNoise, bound_warnings, slice_noise
+from rqsweep.decide.noise import ALPHA, PASS_COLUMNS, POWER, SliceNoise, bound_warnings, slice_noise
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import QUERIES, RunFolder

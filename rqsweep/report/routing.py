@@ -12,7 +12,7 @@ from rqsweep.report.held_out import why_not_validated
 from rqsweep.report.render import Block, Heading, Paragraph, Table
 from rqsweep.runfolder import RunFolder
 from rqsweep.runfolder.folder import ROUTING
-from rqsweep.significance import ROUNDS
+from rqsweep.decide.significance import ROUNDS
 from rqsweep.runfolder.tables import read_routing
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import polars as pl
 
 from rqsweep import metrics
-from rqsweep.constraints import INCOMPLETE, constraint_key, constraint_slices
+from rqsweep.decide.constraints import INCOMPLETE, constraint_key, constraint_slices
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, blends
 from rqsweep.report.render import format_cell

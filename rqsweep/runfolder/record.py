@@ -65,7 +65,7 @@ class RunRecord:
     embedders: list | None = _start(when="given")  # a sweep over several embedders: their labels (`embedder_sweep`)
     storage: str | None = _start(when="given")  # an optimise run's study URL, password redacted
     resumed_at: str | None = _start(when="given")  # the latest `--resume`
-    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.space.resolve`): a resumed run sweeps these.
+    # Knob -> the values its sweep's quantiles took from the data (`rqsweep.search.space.resolve`): a resumed run sweeps these.
     data_values: dict | None = _start(when="given")
     server_profile: dict | None = _finish()  # what ranked (`backends.base`)
     finished_at: str | None = _finish()
@@ -86,7 +86,7 @@ class RunRecord:
     # What to deploy and the test it rests on (`verdict.Verdict.as_json`): written as soon as it is made, so that
     # the run's own report, written before the folder is marked complete, states it.
     decision: dict | None = _start(when="given")
-    holdout: dict | None = _start(when="given")  # the locked holdout's figures and reads (`rqsweep.holdout.figures`)
+    holdout: dict | None = _start(when="given")  # the locked holdout's figures and reads (`rqsweep.decide.holdout.figures`)
     # A sweep over several embedders (`embedder_sweep`, which writes its own record's keys): each embedder's run
     # folder, best and counts, and the setting feasible under every embedder with the best worst objective.
     per_embedder: dict | None = _start(when="given")

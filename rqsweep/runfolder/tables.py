@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from rqsweep import __version__, metrics
 from rqsweep.backends.base import RankedHit
-from rqsweep.constraints import Verdicts
+from rqsweep.decide.constraints import Verdicts
 from rqsweep.errors import InputError
 from rqsweep.files import ParquetGroups, reading_parquet, write_json, write_parquet, write_parquet_groups
 from rqsweep.golden import GoldenSet
@@ -70,7 +70,7 @@ def table_metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
         "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics, inputs.config.relevance_level)),
         "rqsweep.golden": inputs.config.relative(inputs.golden.path),
-        "rqsweep.strategy": inputs.config.sweep.strategy,
+        "rqsweep.search.strategy": inputs.config.sweep.strategy,
     }
 
 
@@ -106,9 +106,9 @@ def _delete_stale_queries(run_dir: Path) -> None:
 
 
 def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:
-    """grid.parquet; its metadata also holds the held-out estimate (`rqsweep.validation`) when there is one."""
+    """grid.parquet; its metadata also holds the held-out estimate (`rqsweep.decide.cross_validation`) when there is one."""
     write_parquet(run_dir / GRID, grid, metadata if validation is None else {
-        **metadata, "rqsweep.validation": json.dumps(validation)})
+        **metadata, "rqsweep.decide.cross_validation": json.dumps(validation)})
 
 
 def write_hits(run_dir: Path, hits: pl.DataFrame, metadata: Mapping[str, str]) -> None:

@@ -28,8 +28,8 @@ import polars as pl
 from rqsweep import metrics
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
-from rqsweep.routing import Routing
-from rqsweep.significance import ALPHA, PairedTest, paired_test
+from rqsweep.decide.routing import Routing
+from rqsweep.decide.significance import ALPHA, PairedTest, paired_test
 
 TEST = f"two-sided paired sign-flip permutation test of the mean per-query difference, significant at p < {ALPHA:g}"
 

@@ -29,7 +29,7 @@ from rqsweep import metrics
 from rqsweep.backends.base import describe_profile, differing_keys, profile_differences
 from rqsweep.errors import InputError, NotComparable, shown
 from rqsweep.files import write_text
-from rqsweep.gate_significance import METHOD, MIN_PAIRS, paired_rows
+from rqsweep.gate.significant import METHOD, MIN_PAIRS, paired_rows
 from rqsweep.golden import OVERALL
 from rqsweep.report.noise import run_noise, tolerance_warnings
 from rqsweep.runfolder import GRID, RunFolder, read_run_folder

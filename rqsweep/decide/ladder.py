@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rqsweep.config import Constraint
-from rqsweep.constraints import SliceMeans, choose_best
+from rqsweep.decide.constraints import SliceMeans, choose_best
 
 LADDER = (0.0, 0.02, 0.05, 0.10, 0.20)
 

@@ -20,8 +20,8 @@ import optuna
 
 from rqsweep.config import SweepConfig
 from rqsweep.knobs import Knobs
-from rqsweep.space import coarse_grid, countable, suggest
-from rqsweep.study import GRACE_SECONDS, MAX_RETRIES, StudyStorage
+from rqsweep.search.space import coarse_grid, countable, suggest
+from rqsweep.search.study import GRACE_SECONDS, MAX_RETRIES, StudyStorage
 
 Progress = Callable[[int], None]  # called with the number of settings just finished
 

@@ -22,7 +22,7 @@ import polars as pl
 from rqsweep import metrics
 from rqsweep.golden import GoldenSet
 from rqsweep.knobs import Knobs
-from rqsweep.significance import paired_test
+from rqsweep.decide.significance import paired_test
 
 
 def key_of(holdout: GoldenSet) -> str:

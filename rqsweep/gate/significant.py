@@ -17,7 +17,7 @@ import polars as pl
 
 from rqsweep.golden import OVERALL
 from rqsweep.metrics import GATED
-from rqsweep.significance import ALPHA, ROUNDS, holm, paired_test
+from rqsweep.decide.significance import ALPHA, ROUNDS, holm, paired_test
 from rqsweep.report.tables import metric_label
 from rqsweep.runfolder import RunFolder
 

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from rqsweep.config import Constraint, Validation
-from rqsweep.constraints import SliceMeans, choose_best
+from rqsweep.decide.constraints import SliceMeans, choose_best
 from rqsweep.golden import OVERALL
 
 

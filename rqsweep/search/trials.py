@@ -13,8 +13,8 @@ import polars as pl
 from rqsweep.backends.base import OUTCOME_SCHEMA, SENSITIVITY
 from rqsweep.errors import InputError
 from rqsweep.knobs import Knobs
-from rqsweep.strategy import TOLD
-from rqsweep.study import StudyStorage
+from rqsweep.search.strategy import TOLD
+from rqsweep.search.study import StudyStorage
 
 # How long a worker waits for its study to appear (the coordinator creates it after building its index: about
 # 40 s for a large corpus), and how often it looks.

@@ -15,7 +15,7 @@ knows what kind of question it sends can send each kind its own setting. Besides
   above zero; a slice too small to win most folds stays on the global setting.
 
 The held-out gain of routing is measured by nested cross-validation on the same folds as the global
-estimate (`rqsweep.validation`): each outer fold's routing (global choice, candidates and guard, whose inner
+estimate (`rqsweep.decide.cross_validation`): each outer fold's routing (global choice, candidates and guard, whose inner
 folds are the other outer folds) is chosen without the fold's queries and scores them. No search is repeated:
 every choice reads the per-(setting, fold, slice) sums of the evaluated grid, and only the few settings the
 folds apply are read back query by query.
@@ -31,11 +31,11 @@ import numpy as np
 import polars as pl
 
 from rqsweep.config import Constraint
-from rqsweep.constraints import best_feasible, constraint_checks
+from rqsweep.decide.constraints import best_feasible, constraint_checks
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
-from rqsweep.significance import ALPHA, ROUNDS, paired_test
-from rqsweep.validation import FoldSums, Rule, matrices
+from rqsweep.decide.significance import ALPHA, ROUNDS, paired_test
+from rqsweep.decide.cross_validation import FoldSums, Rule, matrices
 
 GUARD = ("a slice leaves the global setting only when its own choice, made again without each fold that holds its "
          "queries, beats the global choice made without that fold on the fold's queries of the slice in a strict "
