@@ -8,7 +8,7 @@ configs/soat-golden.yaml when SOAT's golden set is present) the config's grid
 (sweeps/handbook-grid.yaml) is the reference. Its space is searched four ways: the grid in its
 order, random proposals, TPE, and TPE warm-started from a coarse grid; and the shipped optimise sweep
 (sweeps/optimize-tpe.yaml, its own continuous space) runs as shipped but for its seed and budget.
-Each method runs through the real job (`rqsweep.job.Sweep` on the embedded backend), so the curve counts
+Each method runs through the real job (`rqsweep.sweep.Sweep` on the embedded backend), so the curve counts
 what a run counts: distinct settings, repeats free.
 
 Cost: the CPU seconds of each search (the run's end, which scores every part and writes Parquet, left
@@ -38,7 +38,7 @@ from rqsweep.backends import BACKENDS, build_backend  # noqa: E402
 from rqsweep.config import _sweep, load_config  # noqa: E402
 from rqsweep.golden import OVERALL  # noqa: E402
 from rqsweep.inputs import load_inputs  # noqa: E402
-from rqsweep.job import Sweep  # noqa: E402
+from rqsweep.sweep import Sweep  # noqa: E402
 from rqsweep.progress import Progress  # noqa: E402
 from rqsweep.search.strategy import StudyIdentity, run_optimize  # noqa: E402
 from rqsweep.search.study import StudyStorage  # noqa: E402

@@ -29,8 +29,9 @@ import growth  # noqa: E402  (the cell's inputs)
 WRAPPER = """
 import json, sys, time
 import rqsweep.job as job
+from rqsweep.sweep import Sweep
 mark = {}
-finish, run_in = job.Sweep.finish, job._run_in
+finish, run_in = Sweep.finish, job._run_in
 def timed_finish(self, *args, **kwargs):
     mark["cpu"], mark["wall"] = time.process_time(), time.perf_counter()
     return finish(self, *args, **kwargs)
@@ -41,7 +42,7 @@ def timed_run_in(*args, **kwargs):
         if mark:
             print("END " + json.dumps({"cpu": time.process_time() - mark["cpu"],
                                        "wall": time.perf_counter() - mark["wall"]}), file=sys.stderr)
-job.Sweep.finish, job._run_in = timed_finish, timed_run_in
+Sweep.finish, job._run_in = timed_finish, timed_run_in
 from rqsweep.__main__ import entry
 sys.argv = ["rqsweep", sys.argv[1], "--quiet", "--output-dir", sys.argv[2]]
 sys.exit(entry())

@@ -166,7 +166,7 @@ def _robust_line(robust: Robust, objective: tuple[str, str]) -> str:
 def _metadata(results: dict[str, Path], runs: dict[str, RunRecord]) -> dict[str, str]:
     """The first embedder's grid metadata, with every embedder's profile by label."""
     first = next(iter(results.values()))
-    metadata = {k: v for k, v in read_metadata(first, GRID).items() if k != "rqsweep.decide.cross_validation"}
+    metadata = {k: v for k, v in read_metadata(first, GRID).items() if k != "rqsweep.validation"}
     metadata["rqsweep.server_profile"] = json.dumps({label: run.server_profile for label, run in runs.items()})
     metadata["rqsweep.embedders"] = json.dumps(list(results))
     return metadata

@@ -40,7 +40,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from rqsweep.backends import BACKENDS
 from rqsweep.backends.embedded_config import EmbeddedConfig
+from rqsweep.backends.http.auth import LOGIN_PATH
 from rqsweep.backends.http.mapping import SEARCH_PATH
+from rqsweep.backends.http.probe import HEALTH_PATH
 from rqsweep.config import Chunking, JobConfig, load_config
 from rqsweep.corpus import load_corpus
 from rqsweep.golden import load_golden
@@ -85,9 +87,7 @@ TORN_FAULT = "torn-document"
 # The writes each fault changes on v0.28.0 (--old-server), rather than answering in their place.
 OLD_WRITE_FAULTS = {EMBEDDER_FAULT: {"/api/v1/documents", "/api/v1/memory-entries"}, TORN_FAULT: {"/api/v1/documents"}}
 OPAQUE_500 = "Internal Server Error"  # v0.28.0's message on any unexpected error (INTERNAL_ERROR, 500)
-LOGIN_PATH = "/api/v1/users/login"
 DOCUMENTS_PATH = "/api/v1/documents"
-HEALTH_PATH = "/health"
 PUBLIC_ROUTES = {("POST", LOGIN_PATH), ("GET", HEALTH_PATH)}  # every other route needs a bearer token
 # Searches and seeding writes are a few kB; a document beyond this is refused (413) like any oversized body.
 MAX_BODY_BYTES = 1 << 20

@@ -58,7 +58,7 @@ def write_run(run_dir: Path, settings: dict[str, dict[str, Metrics]], *, baselin
     cv = _cross_validation(queries, list(settings), baseline, config or CONFIG)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_parquet(run_dir / "grid.parquet", grid,
-                  metadata if cv is None else {**metadata, "rqsweep.decide.cross_validation": json.dumps(cv.as_json())})
+                  metadata if cv is None else {**metadata, "rqsweep.validation": json.dumps(cv.as_json())})
     knobs = pl.DataFrame([{"setting_id": sid, **Knobs.from_id(sid).columns()} for sid in queries["setting_id"].unique()],
                          schema={"setting_id": pl.String, "rrf_k": pl.Int64, "min_similarity": pl.Float64,
                                  "recency_half_life_days": pl.Float64})

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rqsweep.engine.channels import lexical_channel, vector_channel, vector_channels
+from rqsweep.engine.channels import vector_channels
+from tests.reference_paths import lexical_channel, vector_channel
 from rqsweep.engine.cosine import squared_norms
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.tsearch import LexicalIndex

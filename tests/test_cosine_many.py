@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rqsweep.engine.channels import vector_channel, vector_channels
+from rqsweep.engine.channels import vector_channels
+from tests.reference_paths import vector_channel
 from rqsweep.engine.cosine import cosine_top, cosine_top_many, squared_norms
 from rqsweep.engine.embed import FeatureHashEmbedder
 from rqsweep.engine.pgsort import TIE_ORDERS

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
+from tests.reference_paths import delay_changes_positions
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.corpus import Chunking, Corpus, Document, Memory
 from rqsweep.engine import batch as fast_path
-from rqsweep.engine.batch import (SettingsBatch, delay_changes_positions, expected_positions, nudged_plans,
+from rqsweep.engine.batch import (SettingsBatch, expected_positions, nudged_plans,
                                   numeric_changes, plan_query,
                                   later_search_changes, reciprocal_rank_fusion, similarity_floor, stack_both_orders,
                                   stack_plans, stacked_positions, tie_order_changes)

@@ -74,6 +74,7 @@ def test_a_grid_run_ended_by_sigterm_resumes_to_completion(tmp_path):
 
 def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_interrupted(tmp_path, monkeypatch):
     from rqsweep import job
+    from rqsweep.sweep import Sweep
     from rqsweep.errors import Interrupted
 
     def interrupted_in_a_library(self, storage=None):
@@ -82,7 +83,7 @@ def test_an_interrupt_a_library_turns_into_another_error_still_ends_the_run_as_i
         except KeyboardInterrupt:  # as Optuna's journal lock does when interrupted while releasing
             raise FileNotFoundError("optuna.journal.lock...rename")
 
-    monkeypatch.setattr(job.Sweep, "run", interrupted_in_a_library)
+    monkeypatch.setattr(Sweep, "run", interrupted_in_a_library)
     config = write_job(tmp_path / "job")
     with pytest.raises(Interrupted) as err:
         job.run(config, quiet=True, output_dir=tmp_path / "out")

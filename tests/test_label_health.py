@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from rqsweep import files, job
-from rqsweep.report.label_health import label_health
+from rqsweep.decide.label_health import label_health
 from rqsweep.runfolder import LABEL_HEALTH
 from tests.minijob import write_job
 

@@ -23,7 +23,7 @@ STEPS = [
     ("rqsweep.runfolder",),
     ("rqsweep.report",),
     ("rqsweep.gate",),
-    ("rqsweep.job", "rqsweep.embedder_sweep"),
+    ("rqsweep.sweep", "rqsweep.job", "rqsweep.embedder_sweep"),
     ("rqsweep.cli", "rqsweep.__main__"),
 ]
 

@@ -18,7 +18,7 @@ import pytest
 
 from rqsweep.backends import build_backend
 from rqsweep.inputs import load_inputs
-from rqsweep.job import Sweep
+from rqsweep.sweep import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.serve import Faults

@@ -303,7 +303,7 @@ def test_a_run_written_before_violation_keys_and_kept_cross_validation_still_get
     run_dir = write_run(tmp_path / "run", SETTINGS, baseline=BASE, best=BEST, infeasible=INFEASIBLE, queries=QUERIES)
     grid = pl.read_parquet(run_dir / "grid.parquet").with_columns(pl.col("violations").list.join("; "))
     metadata = {k.decode(): v.decode() for k, v in pq.read_schema(run_dir / "grid.parquet").metadata.items()
-                if k != b"rqsweep.decide.cross_validation"}
+                if k != b"rqsweep.validation"}
     write_parquet(run_dir / "grid.parquet", grid, metadata)  # as an older rqsweep wrote it
     md = write_report(run_dir)[0].read_text()
     assert "No cross-validation: this run was written before rqsweep kept its held-out figures" in md

@@ -10,7 +10,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from rqsweep import job
+from rqsweep.sweep import Sweep
+from rqsweep import job, sweep
 from rqsweep.backends.embedded import EmbeddedBackend
 from rqsweep.runfolder import QUERIES, state, tables
 from tests.minijob import write_job
@@ -29,7 +30,7 @@ def _tables(run_dir):
 def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, validation):
     config = write_job(tmp_path / "job", validation=validation)
     written_early = []
-    finish = job.Sweep.finish
+    finish = Sweep.finish
 
     def finish_and_look(self, metadata):
         # queries.parquet's rows are in its temporary file before the end begins, and no part is read back.
@@ -37,7 +38,7 @@ def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, val
         monkeypatch.setattr(self.state, "chunks", None)
         return finish(self, metadata)
 
-    monkeypatch.setattr(job.Sweep, "finish", finish_and_look)
+    monkeypatch.setattr(Sweep, "finish", finish_and_look)
     noise_given, write_report = [], job.write_report
 
     def write_report_and_look(run_dir, **kwargs):
@@ -46,7 +47,7 @@ def test_a_new_runs_end_equals_its_state_scored_again(tmp_path, monkeypatch, val
 
     monkeypatch.setattr(job, "write_report", write_report_and_look)
     new = job.run(config, quiet=True, output_dir=tmp_path / "out")
-    monkeypatch.setattr(job.Sweep, "finish", finish)
+    monkeypatch.setattr(Sweep, "finish", finish)
     assert written_early == [True]
     assert noise_given == [True]  # and a resume's end leaves them to the report, which reads queries.parquet
 
@@ -79,7 +80,7 @@ def _noise_section(run_dir):
 
 def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, monkeypatch):
     config = write_job(tmp_path / "job")
-    evaluate, calls = job.Sweep.evaluate, []
+    evaluate, calls = Sweep.evaluate, []
 
     def interrupted_after_the_baseline(self, settings):
         calls.append(1)
@@ -87,13 +88,13 @@ def test_an_interrupted_evaluation_leaves_no_half_written_query_table(tmp_path, 
             raise KeyboardInterrupt
         return evaluate(self, settings)
 
-    monkeypatch.setattr(job.Sweep, "evaluate", interrupted_after_the_baseline)
+    monkeypatch.setattr(Sweep, "evaluate", interrupted_after_the_baseline)
     with pytest.raises(KeyboardInterrupt):
         job.run(config, quiet=True, output_dir=tmp_path / "out")
     (run_dir,) = (tmp_path / "out" / "mini").iterdir()
     assert list((run_dir / "state").glob("part-*.parquet"))  # what finished is kept
     assert not list(run_dir.glob(f".{QUERIES}.*")) and not (run_dir / QUERIES).exists()
-    monkeypatch.setattr(job.Sweep, "evaluate", evaluate)
+    monkeypatch.setattr(Sweep, "evaluate", evaluate)
     killed = run_dir / f".{QUERIES}.0123456789abcdef.tmp"  # what a run killed while writing it leaves
     killed.write_bytes(b"PAR1")
     resumed = job.run(config, quiet=True, resume=run_dir)
@@ -112,10 +113,10 @@ def test_batches_scored_and_kept_a_few_settings_at_a_time_give_the_tables_of_who
     assert pq.ParquetFile(whole.run_dir / QUERIES).num_row_groups == 1
     # Batches of 7 settings, scored 3 at a time (25 rows: no divisor of 70) and kept in parts in groups of 4.
     monkeypatch.setattr(EmbeddedBackend, "ROWS_PER_CHECKPOINT", 70)
-    monkeypatch.setattr(job, "QUERY_ROWS_PER_GROUP", 25)
+    monkeypatch.setattr(sweep, "QUERY_ROWS_PER_GROUP", 25)
     monkeypatch.setattr(tables, "QUERY_ROWS_PER_GROUP", 25)
     monkeypatch.setattr(state, "PART_ROWS_PER_GROUP", 35)
-    evaluate, groups = job.Sweep.evaluate, []
+    evaluate, groups = Sweep.evaluate, []
 
     def interrupted_after_two_batches(self, settings):
         if len(list(self.state.folder.glob("part-*.parquet"))) == 3:  # the baseline's and two of the grid's
@@ -123,11 +124,11 @@ def test_batches_scored_and_kept_a_few_settings_at_a_time_give_the_tables_of_who
             raise KeyboardInterrupt
         return evaluate(self, settings)
 
-    monkeypatch.setattr(job.Sweep, "evaluate", interrupted_after_two_batches)
+    monkeypatch.setattr(Sweep, "evaluate", interrupted_after_two_batches)
     with pytest.raises(KeyboardInterrupt):
         job.run(config, quiet=True, output_dir=tmp_path / "split")
     assert groups == [1, 2, 2]  # 10 rows, then 70 as 40 + 30
-    monkeypatch.setattr(job.Sweep, "evaluate", evaluate)
+    monkeypatch.setattr(Sweep, "evaluate", evaluate)
     split = job.run(config, quiet=True, output_dir=tmp_path / "fresh")
     (interrupted,) = (tmp_path / "split" / "mini").iterdir()
     resumed = job.run(config, quiet=True, resume=interrupted)
@@ -164,13 +165,13 @@ def _string_bytes(frame: pl.DataFrame) -> tuple[int, int]:
 def test_what_the_end_keeps_of_each_batch_holds_its_own_strings_not_the_batchs(tmp_path, monkeypatch):
     # A group-by's or a unique's string keys point into the buffers of the rows they came from: kept as they were,
     # the few rows per setting the end needs held every batch's bytes (0.6 GB at 100,000 settings x 165 queries).
-    kept, finish = [], job.Sweep.finish
+    kept, finish = [], Sweep.finish
 
     def finish_and_look(self, metadata):
-        kept.extend(self._scores)
+        kept.extend(self._scores.parts)
         return finish(self, metadata)
 
-    monkeypatch.setattr(job.Sweep, "finish", finish_and_look)
+    monkeypatch.setattr(Sweep, "finish", finish_and_look)
     job.run(write_job(tmp_path / "job"), quiet=True, output_dir=tmp_path / "out")
     frames = [f for s in kept for f in (s.slices, s.knobs, s.spreads, *vars(s.tally).values()) if f is not None]
     held, own = map(sum, zip(*map(_string_bytes, frames)))

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 import polars as pl
 import pytest
 
+from rqsweep.sweep import Sweep
 from rqsweep import cli, job
 from tests.minijob import write_job
 
@@ -18,7 +19,7 @@ from tests.minijob import write_job
 def _second_process_on_the_same_folder(monkeypatch, config):
     """Make the run try `rqsweep CONFIG --resume RUN_DIR` on its own folder while it sweeps; returns what it got."""
     seen: dict = {}
-    sweep = job.Sweep.run
+    sweep = Sweep.run
 
     def run_with_a_rival(self, *args):
         if seen:  # the rival itself, when it was not refused
@@ -29,7 +30,7 @@ def _second_process_on_the_same_folder(monkeypatch, config):
         seen["run.json unchanged"] = (self.run_dir / "run.json").read_text() == before
         sweep(self, *args)
 
-    monkeypatch.setattr(job.Sweep, "run", run_with_a_rival)
+    monkeypatch.setattr(Sweep, "run", run_with_a_rival)
     return seen
 
 

@@ -16,11 +16,12 @@ from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.decide.constraints import SliceMeans, choose_best
 from rqsweep.files import write_parquet_groups
 from rqsweep.inputs import load_inputs
-from rqsweep.job import Sweep
+from rqsweep.sweep import Sweep
 from rqsweep.knobs import Knobs
 from rqsweep.progress import Progress
 from rqsweep.runfolder import RunState
-from rqsweep.runfolder.tables import Stamp, golden_table, grid_table, query_table, setting_knobs
+from rqsweep.decide.accumulate import setting_knobs
+from rqsweep.runfolder.tables import Stamp, golden_table, grid_table, query_table
 from rqsweep.decide.cross_validation import FoldSums, cross_validate
 from tests.minijob import QUERIES, write_job
 
@@ -112,15 +113,15 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
     written = pl.read_parquet(run_dir / "queries.parquet")
     assert written.equals(queries)
     assert pq.read_schema(run_dir / "queries.parquet").metadata[b"rqsweep.test"] == b"1"
-    assert streamed.best == verdicts.best and streamed.rejected == verdicts.rejected()
-    assert streamed.settings.equals(knobs)
+    assert streamed.best == verdicts.best and streamed.decided.verdicts.rejected() == verdicts.rejected()
+    assert streamed.decided.settings.equals(knobs)
 
     folds = FoldSums(golden_table(inputs.golden), inputs.golden.slices, names, config.validation,
                      len(knobs))
     folds.add(scored)
     whole = cross_validate(folds, lambda ids: scored.filter(pl.col("setting_id").is_in(ids)), config.baseline.id,
                            objective, config.constraints)
-    assert streamed.validation.as_json() == whole.as_json()
+    assert streamed.decided.validation.as_json() == whole.as_json()
 
     # The written table stands in for the parts: a resumed run reads back the same rows.
     sweep.state.discard_parts()

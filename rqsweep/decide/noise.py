@@ -30,7 +30,8 @@ from typing import Iterable, Sequence
 
 import polars as pl
 
-ALPHA = 0.05
+from rqsweep.decide.significance import ALPHA
+
 POWER = 0.80
 
 

@@ -374,7 +374,8 @@ def stacked_positions(stack: PlanStack, settings: SettingsBatch, limit: int) -> 
 
     Each distinct (blend on, floor, rrf_k) is ranked once over every query at once. Where the blend changes
     scores (half-life > 0 and a decayed memory older than 0 days among the query's candidates), the query's
-    blended settings are ranked by `expected_positions`.
+    blended settings are ranked by `_blended_positions` (every aged query at once; tests tie it to
+    `expected_positions`, query by query).
     """
     floors, floor_index = np.unique(settings.floor, return_inverse=True)
     n_ks, blend = len(settings.distinct_rrf_k), blends(settings.half_life)
@@ -709,21 +710,4 @@ def later_search_changes(both: BothOrders, settings: SettingsBatch, limit: int, 
     if len(blended):
         later = stacked_positions(both.later, settings[blended], limit)
         changed[blended] = (later != found[blended]).any(axis=2)
-    return changed
-
-
-def delay_changes_positions(plan: QueryPlan, settings: SettingsBatch, limit: int, positions: np.ndarray,
-                            delay_days: float) -> np.ndarray:
-    """(settings,) bool: whether some expected key's position differs in the same search `delay_days` later.
-
-    `positions` are `expected_positions(plan, settings, limit)`. As the delay grows, decayed memories only
-    fall against undecayed items and (in exact arithmetic) keep their order among themselves, so, with no
-    memory dated in the future, positions move one way and a change at any shorter delay shows at this one.
-    Only settings with the blend on can change, and only when the later search decays some memory.
-    """
-    later = plan.searched_later(delay_days)
-    changed = np.zeros(len(settings), dtype=bool)
-    blended = np.flatnonzero(blends(settings.half_life))
-    if later.decayed.any() and len(blended):
-        changed[blended] = (expected_positions(later, settings[blended], limit) != positions[blended]).any(axis=1)
     return changed

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-from rqsweep.engine.cosine import cosine_top, cosine_top_many
+from rqsweep.engine.cosine import cosine_top_many
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder, insertion_top, postgres_top
 from rqsweep.engine.tsearch import LexicalIndex
 
@@ -33,25 +33,10 @@ class Candidates:
     lexical: tuple[Candidate, ...]
 
 
-def vector_channel(source_type: str, vectors: np.ndarray, norms: np.ndarray, rows: np.ndarray,
-                   query: np.ndarray, limit: int, tie_order: TieOrder) -> list[Candidate]:
-    """Top `limit` rows in scope by cosine similarity (= 1 - pgvector's cosine distance).
-
-    `norms` are pgvector's per-row squared norms (`cosine.squared_norms`), computed once per index.
-    """
-    if len(rows) == 0:
-        return []
-    if len(rows) == len(vectors):
-        matrix, row_norms = vectors, norms
-    else:
-        matrix, row_norms = vectors[rows], norms[rows]
-    top, distances = cosine_top(matrix, query, limit, tie_order=tie_order, norms=row_norms)
-    return [Candidate(source_type, int(rows[t]), 1.0 - float(d)) for t, d in zip(top, distances)]
-
-
 def vector_channels(source_type: str, vectors: np.ndarray, norms: np.ndarray, rows: np.ndarray,
                     queries: np.ndarray, limit: int) -> list[dict[TieOrder, list[Candidate]]]:
-    """`vector_channel` for every query of `queries` in both tie orders, in one pass (`cosine_top_many`).
+    """Top `limit` rows in scope by cosine similarity (= 1 - pgvector's cosine distance), for every query of
+    `queries` in both tie orders, in one pass (`cosine_top_many`; tests tie it to `cosine_top`, query by query).
 
     Both orders share one list (the same object) when ties cannot tell them apart.
     """
@@ -69,15 +54,10 @@ def vector_channels(source_type: str, vectors: np.ndarray, norms: np.ndarray, ro
     return lists
 
 
-def lexical_channel(source_type: str, index: LexicalIndex, in_scope: np.ndarray | None, query: str,
-                    limit: int, tie_order: TieOrder) -> list[Candidate]:
-    """Top `limit` matching rows in scope by ts_rank_cd, in the order PostgreSQL's sort gives ties."""
-    return lexical_channels(source_type, index, in_scope, query, limit, (tie_order,))[tie_order]
-
-
 def lexical_channels(source_type: str, index: LexicalIndex, in_scope: np.ndarray | None, query: str, limit: int,
                      tie_orders: tuple[TieOrder, ...] = TIE_ORDERS) -> dict[TieOrder, list[Candidate]]:
-    """`lexical_channel` in each of `tie_orders`, from one search."""
+    """Top `limit` matching rows in scope by ts_rank_cd, in the order PostgreSQL's sort gives ties, in each of
+    `tie_orders`, from one search."""
     rows, ranks = index.search(query)
     if in_scope is not None and len(rows):
         keep = in_scope[rows]

@@ -12,7 +12,7 @@ from rqsweep.decide.cross_validation import CrossValidation
 
 
 def run_cross_validation(run: RunFolder) -> CrossValidation | None:
-    """The run's cross-validation (its `rqsweep.decide.cross_validation` metadata); None when it was off or had too few queries."""
+    """The run's cross-validation (its `rqsweep.validation` metadata); None when it was off or had too few queries."""
     return None if run.validation is None else CrossValidation.from_json(run.validation)
 
 

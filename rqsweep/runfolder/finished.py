@@ -189,11 +189,11 @@ def read_run_folder(path: Path, *, finished: bool = True) -> RunFolder:
     if grid.is_empty() or not grid["is_baseline"].any():
         raise InputError(grid_path, "", "holds no evaluated baseline setting")
     sweep = config.get("sweep")
-    strategy = metadata.get(b"rqsweep.search.strategy", b"").decode() or (
+    strategy = metadata.get(b"rqsweep.strategy", b"").decode() or (
         sweep.get("strategy", "grid") if isinstance(sweep, dict) else "grid")
     definitions = json.loads(metadata.get(b"rqsweep.metrics", b"{}"))
     profile = metadata.get(b"rqsweep.server_profile")
-    validation = metadata.get(b"rqsweep.decide.cross_validation")
+    validation = metadata.get(b"rqsweep.validation")
     return RunFolder(path, grid, config, metadata.get(b"rqsweep.golden", b"").decode(), strategy, definitions,
                      json.loads(profile) if profile else None, json.loads(validation) if validation else None,
                      record)

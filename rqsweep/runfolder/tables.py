@@ -70,7 +70,7 @@ def table_metadata(inputs: Inputs, profile: dict) -> dict[str, str]:
         "rqsweep.config": json.dumps(redact(inputs.config.raw), default=str),
         "rqsweep.metrics": json.dumps(metrics.definitions(inputs.metrics, inputs.config.relevance_level)),
         "rqsweep.golden": inputs.config.relative(inputs.golden.path),
-        "rqsweep.search.strategy": inputs.config.sweep.strategy,
+        "rqsweep.strategy": inputs.config.sweep.strategy,
     }
 
 
@@ -106,9 +106,9 @@ def _delete_stale_queries(run_dir: Path) -> None:
 
 
 def write_grid(run_dir: Path, grid: pl.DataFrame, metadata: Mapping[str, str], validation: dict | None) -> None:
-    """grid.parquet; its metadata also holds the held-out estimate (`rqsweep.decide.cross_validation`) when there is one."""
+    """grid.parquet; its metadata also holds the held-out estimate (metadata `rqsweep.validation`) when there is one."""
     write_parquet(run_dir / GRID, grid, metadata if validation is None else {
-        **metadata, "rqsweep.decide.cross_validation": json.dumps(validation)})
+        **metadata, "rqsweep.validation": json.dumps(validation)})
 
 
 def write_hits(run_dir: Path, hits: pl.DataFrame, metadata: Mapping[str, str]) -> None:
@@ -199,21 +199,15 @@ def write_ranked(run_dir: Path, per_setting: Iterable[pl.DataFrame], metadata: M
     write_parquet_groups(run_dir / RANKED, per_setting, metadata)
 
 
-def setting_knobs(rows: pl.DataFrame) -> pl.DataFrame:
-    """One row per setting (setting_id and the knob columns) from per-query rows, in the order settings first
-    appear: a frame, not objects, since a run's end holds one row per setting of a million-setting grid."""
-    return rows.select("setting_id", *KNOBS).unique("setting_id", keep="first", maintain_order=True)
-
-
 def knobs_of(settings: pl.DataFrame, setting_id: str) -> Knobs:
-    """The knobs of one setting of a `setting_knobs` frame."""
+    """The knobs of one setting of a `rqsweep.decide.accumulate.setting_knobs` frame."""
     return Knobs.from_columns(settings.row(by_predicate=pl.col("setting_id") == setting_id, named=True))
 
 
 def grid_table(slice_metrics: pl.DataFrame, settings: pl.DataFrame, verdicts: Verdicts, baseline_id: str,
                metric_names: Sequence[str], stamp: Stamp) -> pl.DataFrame:
     """grid.parquet: one row per (setting, slice), settings in evaluation order (the order of `settings`, a
-    `setting_knobs` frame, which is the order of `verdicts`' rows). `violations` lists the constraint keys a
+    `setting_knobs` frame (`rqsweep.decide.accumulate`), which is the order of `verdicts`' rows). `violations` lists the constraint keys a
     setting breaks, on each of its rows (`recall_at_10[billing]:min`, `mrr[factual]:max_drop`, `incomplete`).
 
     `stamp` holds the run-wide columns.

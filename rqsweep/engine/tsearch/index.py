@@ -54,7 +54,8 @@ class LexicalIndex:
 
     @classmethod
     def of_parts(cls, parts: list[tuple[str | None, ...]], numbers: np.ndarray, ends: np.ndarray) -> "LexicalIndex":
-        """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`."""
+        """The index of rows read already: `RunCache.parts_of`'s part numbers and row ends, over `parts`. Not
+        called by the job: the benchmarks build with it, and tests tie the segment-at-a-time build to it."""
         builder = LexicalIndexBuilder(parts)
         builder.add(numbers, ends)
         return builder.finish()
