@@ -27,14 +27,14 @@ from rqsweep.corpus import Corpus
 from rqsweep.engine.channels import Candidates
 from rqsweep.engine.embed import Embedder, with_numerics
 from rqsweep.engine.index import Catalog, Index, table_rows
-from rqsweep.engine.index_cache import DEFAULT_MAX_MB, IndexCache
+from rqsweep.engine.index_cache import IndexCache
 from rqsweep.engine.pgsort import TieOrder
 from rqsweep.engine.shards import row_distances_of, sharded_candidates, split_corpus
 from rqsweep.scope import Scope
 
 
 def _build_shard(corpus: Corpus, embedder: Callable[[], Embedder], chunking: Chunking, now: datetime,
-                 tie_order: TieOrder, cache_dir: Path | None, cache_mb: float) -> Index:
+                 tie_order: TieOrder, cache_dir: Path | None, cache_mb: float | None) -> Index:
     made = embedder()
     cache = IndexCache(cache_dir, with_numerics(made.identity, made), chunking, _worker_warning, cache_mb) if cache_dir else None
     index = Index.build(corpus, made, chunking, now=now, tie_order=tie_order, cache=cache)
@@ -64,7 +64,7 @@ class ShardedIndex(Catalog):
     def __init__(self, cluster: DaskCluster, corpus: Corpus, embedder: Embedder,
                  shard_embedder: Callable[[], Embedder], chunking: Chunking, now: datetime, tie_order: TieOrder,
                  n_shards: int, log: Callable[[str], None], cache_dir: Path | None = None,
-                 cache_mb: float = DEFAULT_MAX_MB):
+                 cache_mb: float | None = None):
         documents, memories, _ = table_rows(corpus, chunking, now)
         super().__init__(documents, memories, embedder, now, tie_order)
         self.client = cluster.client

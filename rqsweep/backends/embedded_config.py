@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from rqsweep.config import Chunking, Section, read_chunking
-from rqsweep.engine.index_cache import DEFAULT_MAX_MB
 from rqsweep.errors import InputError
 
 
@@ -39,7 +38,9 @@ class EmbeddedConfig:
     chunking: Chunking = Chunking()
     tie_order: Literal["postgres", "insertion"] = "postgres"
     cache_dir: Path | None = None
-    index_cache_mb: float = DEFAULT_MAX_MB  # the bound on cache_dir/index/'s stored rows
+    # The bound on cache_dir/index/'s stored rows; None: the engine's (engine.index_cache.DEFAULT_MAX_MB). Reading a
+    # config loads no engine.
+    index_cache_mb: float | None = None
     # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
     # (rqsweep/embedder_sweep.py).
     embedders: tuple[tuple[str, EmbedderConfig], ...] = (("multilingual-e5-small", EmbedderConfig()),)
@@ -80,7 +81,7 @@ def read_embedded(sec: Section) -> EmbeddedConfig:
         chunking=read_chunking(sec.section("chunking", {})),
         tie_order=sec.choice("tie_order", ("postgres", "insertion"), "postgres"),
         cache_dir=(sec.file.parent / cache).resolve() if cache else None,
-        index_cache_mb=sec.get("index_cache_mb", float, DEFAULT_MAX_MB, lambda v: v > 0 and math.isfinite(v),
+        index_cache_mb=sec.get("index_cache_mb", float, None, lambda v: v > 0 and math.isfinite(v),
                                "expected a number of megabytes above 0"),
         embedders=tuple(embedders.items()),
     )

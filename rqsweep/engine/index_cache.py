@@ -253,11 +253,11 @@ class IndexCache:
     """
 
     def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
-                 warn: Callable[[str], None] = lambda _: None, max_mb: float = DEFAULT_MAX_MB) -> None:
+                 warn: Callable[[str], None] = lambda _: None, max_mb: float | None = None) -> None:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
         self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
         self.warn = warn
-        self._max_bytes = round(max_mb * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
+        self._max_bytes = round((DEFAULT_MAX_MB if max_mb is None else max_mb) * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
         self.file = CacheFile(self.path, "index cache", self._create, warn)
 
     def document_key(self, content: str) -> bytes:
