@@ -6,6 +6,7 @@
     rqsweep collect RUN_DIR [--storage URL] [--quiet]  (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
+    rqsweep pool RUN_DIR [--k K] [--out FILE]          (unlabelled pairs the settings rank, to grade)
     rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
                  [--gate-mode exact|significant]
@@ -149,6 +150,17 @@ def _export_parser() -> argparse.ArgumentParser:
                         "not store are recomputed from its config")
     p.add_argument("--format", default="trec", choices=["trec"], help="trec: TREC run and qrels files")
     p.add_argument("--output-dir", type=Path, metavar="DIR", help="where the files go (default: the run folder)")
+    return p
+
+
+def _pool_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep pool",
+        description="Write the unlabelled (query, item) pairs the run's kept ranked lists put in their top k as a CSV "
+                    "to grade (docs/decisions.md); the golden set reads it back as `golden: {judgments: FILE}`.")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("--k", type=_positive, metavar="K", help="how deep into each list (default: the run's limit)")
+    p.add_argument("--out", type=Path, metavar="FILE", help="where the CSV goes (default: RUN_DIR/pool.csv)")
     return p
 
 
@@ -338,6 +350,18 @@ def _export(argv: list[str]) -> int:
     return 0
 
 
+def _pool(argv: list[str]) -> int:
+    from rqsweep.report.pool import write_pool
+
+    args = _pool_parser().parse_args(argv)
+    path, rows, spent = write_pool(args.run_dir, args.k, args.out)
+    print(f"{rows} unlabelled pairs to grade: {path}")
+    if spent is not None:
+        print(f"{spent.judge} graded {len(spent.grades)} ({spent.calls} calls, {spent.tokens} tokens, {spent.cached} "
+              f"from its cache, {spent.over_budget} over its budget): {path.with_name(path.stem + '.judged.csv')}")
+    return 0
+
+
 def _sweeps(argv: list[str]) -> int:
     from rqsweep.config import SHIPPED_SWEEPS, named_sweeps
 
@@ -372,6 +396,7 @@ COMMANDS = {
              "the nightly gate on finished runs (docs/nightly.md)"),
     "explain": (_explain, "RUN_DIR QUERY_ID [--setting ID]", "both ranked lists of a query, and what moved it"),
     "export": (_export, "RUN_DIR [--setting best|baseline|ID] [--format trec]", "a setting's lists as a TREC run"),
+    "pool": (_pool, "RUN_DIR [--k K] [--out FILE]", "unlabelled pairs the settings rank, to grade"),
     "sweeps": (_sweeps, "[CONFIG]", "the named sweeps a config can use"),
     "worker": (_worker, "CONFIG --storage URL --study NAME", "join a running optimise study"),
     "collect": (_collect, "RUN_DIR [--storage URL]", "write an optimise run's results from its study"),

@@ -274,11 +274,12 @@ class SliceRule:
 
 @dataclass(frozen=True)
 class GoldenRules:
-    """What a golden set's path alone does not say (`golden: {path, split, topics, slices}`)."""
+    """What a golden set's path alone does not say (`golden: {path, split, topics, slices, judgments}`)."""
 
     split: str = "test"  # BEIR: qrels/<split>.tsv
     topics: Path | None = None  # TREC: the topics file that goes with the qrels at `golden.path`
     slices: SliceRule | None = None
+    judgments: tuple[Path, ...] = ()  # graded pairs outside `expected` (`rqsweep.golden.judgments`)
 
 
 @dataclass(frozen=True)
@@ -325,12 +326,16 @@ def _slice_rule(sec: Section, base: Path) -> SliceRule:
 def _golden(top: Section, base: Path) -> tuple[Path, GoldenRules]:
     if not isinstance(top.data.get("golden"), dict):
         return (base / top.get("golden", str)).resolve(), GoldenRules()
-    sec = top.section("golden").only("path", "split", "topics", "slices")
+    sec = top.section("golden").only("path", "split", "topics", "slices", "judgments")
     topics = sec.get("topics", str, None)
+    judgments = sec.get("judgments", (str, list), [], lambda v: all(isinstance(f, str) and f for f in
+                                                                      ([v] if isinstance(v, str) else v)),
+                        "expected a file, or a list of files")
     rules = GoldenRules(
         split=sec.get("split", str, "test", lambda v: bool(v) and "/" not in v, "expected a split name such as test"),
         topics=(base / topics).resolve() if topics else None,
-        slices=_slice_rule(sec.section("slices"), base) if sec.data.get("slices") is not None else None)
+        slices=_slice_rule(sec.section("slices"), base) if sec.data.get("slices") is not None else None,
+        judgments=tuple((base / f).resolve() for f in ([judgments] if isinstance(judgments, str) else judgments)))
     return (base / sec.get("path", str)).resolve(), rules
 
 
@@ -358,6 +363,32 @@ def _corpus(top: Section, base: Path) -> tuple[Path | None, CorpusFiles]:
 
 
 @dataclass(frozen=True)
+class JudgeConfig:
+    """`judge: {kind: openai-compatible, base_url, model, prompt?, budget?, api_key_env?, timeout?}`: the chat endpoint
+    that grades `rqsweep pool`'s pairs (`rqsweep.judge`); never required."""
+
+    base_url: str
+    model: str
+    prompt: str | None = None  # a template naming {query} and {item}; None: `rqsweep.judge.grading.PROMPT`
+    budget: int | None = None  # calls a pool may make (cached answers are free); None: no cap
+    api_key_env: str | None = None  # the environment variable holding the API key; None: no key sent
+    timeout: float = 60.0
+    kind: str = "openai-compatible"
+
+
+def _judge(top: Section) -> JudgeConfig | None:
+    if top.data.get("judge") is None:
+        return None
+    sec = top.section("judge").only("kind", "base_url", "model", "prompt", "budget", "api_key_env", "timeout")
+    prompt = sec.get("prompt", str, None, lambda v: "{query}" in v and "{item}" in v, "must name {query} and {item}")
+    return JudgeConfig(sec.url("base_url") or sec.get("base_url", str), sec.get("model", str), prompt,
+                       sec.get("budget", int, None, lambda v: v >= 0, "must be >= 0 (or null for no cap)"),
+                       sec.get("api_key_env", str, None),
+                       sec.get("timeout", (int, float), 60.0, lambda v: v > 0, "must be > 0"),
+                       sec.choice("kind", ("openai-compatible",), "openai-compatible"))
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     path: Path
@@ -382,6 +413,7 @@ class JobConfig:
     corpus_files: CorpusFiles = CorpusFiles()
     relevance_level: int = 1  # binary metrics count an expected item graded at least this (pytrec_eval's default)
     ranked: Literal["chosen", "all"] = "chosen"  # all: every setting's ranked lists in ranked.parquet
+    judge: JudgeConfig | None = None  # grades `rqsweep pool`'s pairs; changes nothing a run measures
 
     def relative(self, path: Path) -> str:
         """`path` as run outputs record it: relative to the config's folder, so no home folder leaks into them."""
@@ -642,7 +674,7 @@ def load_config(path: Path, backends: Mapping[str, BackendReader]) -> JobConfig:
     top = Section(data, path, "").only(
         "name", "description", "corpus", "golden", "backend", "search", "sweep", "baseline",
         "objective", "constraints", "metrics", "workers", "output_dir", "validation", "relevance_level",
-        "ranked", "holdout",
+        "ranked", "holdout", "judge",
     )
     base = path.parent
     corpus, corpus_files = _corpus(top, base)
@@ -684,5 +716,6 @@ def load_config(path: Path, backends: Mapping[str, BackendReader]) -> JobConfig:
         corpus_files=corpus_files,
         relevance_level=top.get("relevance_level", int, 1, lambda v: v >= 1, "must be an integer grade >= 1"),
         ranked=top.choice("ranked", ("chosen", "all"), "chosen"),
+        judge=_judge(top),
     )
 

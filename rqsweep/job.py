@@ -34,8 +34,8 @@ from rqsweep.report.summary import summarise
 from rqsweep.runfolder import QUERIES, RunRecord, holding, mark, run_folder_of
 from rqsweep.runfolder.folder import remove_if_bare
 from rqsweep.runfolder.record import setting_summary
-from rqsweep.runfolder.tables import (hits_table, knobs_of, table_metadata, write_grid, write_hits, write_label_health,
-                                      write_ranked, write_routing, write_settings)
+from rqsweep.runfolder.tables import (hits_table, knobs_of, table_metadata, write_grid, write_hits, write_judgments,
+                                      write_label_health, write_ranked, write_routing, write_settings)
 from rqsweep.search.space import resolve
 from rqsweep.search.strategy import BUDGET
 from rqsweep.search.study import StudyStorage
@@ -185,6 +185,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         sweep.abandon_stream()  # a no-op once queries.parquet is written
         backend.close()
     write_hits(run_dir, hits_table(ranked, sweep.baseline_id, chosen, inputs.golden, sweep.stamp), metadata)
+    write_judgments(run_dir, inputs.golden, config.relative, metadata)
     write_grid(run_dir, done.grid, metadata, None if decided.validation is None else decided.validation.as_json())
     write_settings(run_dir, done.grid, (config.objective.metric, config.objective.slice), inputs.metrics, metadata)
     held_out = [*decision["lines"], *([] if holdout is None else holdout_lines(holdout, label)),

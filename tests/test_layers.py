@@ -13,7 +13,7 @@ STEPS = [
     ("rqsweep", "rqsweep.errors", "rqsweep.files", "rqsweep.knobs", "rqsweep.scope", "rqsweep.scrub",
      "rqsweep.progress", "rqsweep.pacing"),
     ("rqsweep.config",),
-    ("rqsweep.corpus", "rqsweep.golden"),
+    ("rqsweep.corpus", "rqsweep.golden", "rqsweep.judge"),
     ("rqsweep.engine",),
     ("rqsweep.backends", "rqsweep.soat_store", "rqsweep.serve"),
     ("rqsweep.metrics",),

@@ -14,6 +14,7 @@ from rqsweep.config import GoldenRules
 from rqsweep.corpus import Corpus
 from rqsweep.errors import InputError, shown
 from rqsweep.files import read_data
+from rqsweep.golden.judgments import Judgment, merge, read_judgments
 from rqsweep.golden.model import OVERALL, Expected, GoldenQuery, GoldenSet, SourceType
 from rqsweep.golden.own import read_rows, read_table
 from rqsweep.golden.qrels import read_beir, read_trec
@@ -22,8 +23,8 @@ from rqsweep.golden.slices import assign_slices
 from rqsweep.golden.soat import VERSIONS as SOAT_GOLDEN_VERSIONS
 from rqsweep.golden.soat import read_soat
 
-__all__ = ["OVERALL", "Expected", "GoldenQuery", "GoldenSet", "SourceType", "FORMATS", "SOAT_GOLDEN_VERSIONS",
-           "load_golden"]
+__all__ = ["OVERALL", "Expected", "GoldenQuery", "GoldenSet", "Judgment", "SourceType", "FORMATS",
+           "SOAT_GOLDEN_VERSIONS", "load_golden"]
 
 
 def _layout(path: Path, rules: GoldenRules) -> Layout:
@@ -53,6 +54,7 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
 
     Every expected key must exist, ids must be unique and slice names non-empty; items graded 0 or below are
     not relevant and are dropped, and a query left with none is not run; duplicate query texts are allowed.
+    `rules.judgments`' graded pairs join `expected` by the same rules (`rqsweep.golden.judgments`).
     `warnings` reports queries not run, duplicate texts and a golden set without slices (`config` is the file
     slice-rule errors name).
     """
@@ -65,6 +67,16 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
     warnings = list(assign_slices(layout, rules.slices, config, path))
     types = (dict.fromkeys(corpus.documents.columns["key"], "document")
              | dict.fromkeys(corpus.memories.columns["key"], "memory"))
+    read = [read_judgments(p) for p in rules.judgments]
+    judgments = [j for rows, _ in read for j in rows]
+    judged = merge(judgments, {row.id: {key: g for _, key, g in row.expected} for row in layout.rows})
+    extra: dict[str, list[Judgment]] = {}
+    for j in judged:
+        if j.grade > 0:
+            extra.setdefault(j.query_id, []).append(j)
+        if j.key not in types:
+            raise InputError(j.file, f"{j.where}.key", f"key {shown(j.key)} (query {shown(j.query_id)}) does not "
+                                                       "exist in the corpus")
     queries, ids, unjudged = [], {}, []
     for row in layout.rows:
         if row.id in ids:
@@ -87,6 +99,7 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
             if stype is not None and stype != types[key]:
                 raise InputError(row.file, where, f"key {shown(key)} is a {types[key]}, not a {stype}")
             expected[key] = Expected(types[key], key, grade)
+        expected |= {j.key: Expected(types[j.key], j.key, j.grade) for j in extra.get(row.id, ())}
         if expected:
             queries.append(GoldenQuery(row.id, row.slice, row.query, tuple(expected.values())))
         else:
@@ -102,8 +115,10 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
                         "run")
     dupes = [t for t, n in Counter(q.query for q in queries).items() if n > 1]
     warnings += [f"query text {shown(t)} appears more than once" for t in dupes]
+    raws = [*layout.raw, *(raw for _, raw in read)]
     digest = hashlib.sha256()
-    for raw in layout.raw:
+    for raw in raws:
         digest.update(hashlib.sha256(raw).digest())
-    sha256 = digest.hexdigest() if len(layout.raw) > 1 else hashlib.sha256(layout.raw[0]).hexdigest()
-    return GoldenSet(path, sha256, tuple(queries), layout.corpus, tuple(warnings), layout.name)
+    sha256 = digest.hexdigest() if len(raws) > 1 else hashlib.sha256(raws[0]).hexdigest()
+    return GoldenSet(path, sha256, tuple(queries), layout.corpus, tuple(warnings), layout.name, tuple(judgments),
+                     tuple(judged))

@@ -40,6 +40,8 @@ class GoldenSet:
     corpus: Corpus | None  # SOAT's golden.json and a BEIR folder carry their corpus
     warnings: tuple[str, ...]
     layout: str = "rqsweep"  # which layout it was read from, e.g. "BEIR (split test)"
+    judgments: tuple = ()  # every graded row of `golden: {judgments}` (`rqsweep.golden.judgments.Judgment`)
+    judged: tuple = ()  # the judgments the run uses, one per pair: a person's over the judge's
 
     @cached_property
     def slices(self) -> list[str]:

@@ -13,10 +13,11 @@ The report's two files are written by `rqsweep.report`, from what `finished.read
 """
 
 from rqsweep.runfolder.finished import RunFolder, check_finished, read_run_folder
-from rqsweep.runfolder.folder import (GRID, HITS, LABEL_HEALTH, LOCK_FILE, QUERIES, RANKED, RUN_JSON, holding,
-                                      new_run_folder)
+from rqsweep.runfolder.folder import (GRID, HITS, JUDGMENTS, LABEL_HEALTH, LOCK_FILE, QUERIES, RANKED, RUN_JSON,
+                                      holding, new_run_folder)
 from rqsweep.runfolder.record import RunRecord, mark, redact, run_folder_of
 from rqsweep.runfolder.state import RunState
 
-__all__ = ["GRID", "HITS", "LABEL_HEALTH", "LOCK_FILE", "QUERIES", "RANKED", "RUN_JSON", "RunFolder", "RunRecord", "RunState",
-           "check_finished", "holding", "mark", "new_run_folder", "read_run_folder", "redact", "run_folder_of"]
+__all__ = ["GRID", "HITS", "JUDGMENTS", "LABEL_HEALTH", "LOCK_FILE", "QUERIES", "RANKED", "RUN_JSON", "RunFolder",
+           "RunRecord", "RunState", "check_finished", "holding", "mark", "new_run_folder", "read_run_folder", "redact",
+           "run_folder_of"]

@@ -18,6 +18,7 @@ LOCK_FILE = "run.lock"
 GRID, QUERIES, HITS, RANKED = "grid.parquet", "queries.parquet", "hits.parquet", "ranked.parquet"  # `runfolder.tables`
 SETTINGS = "settings.parquet"  # the grid turned wide: `runfolder.settings`, written by `runfolder.tables`
 LABEL_HEALTH = "label_health.parquet"  # `rqsweep.report.label_health`, written by `runfolder.tables`
+JUDGMENTS = "judgments.parquet"  # the golden set's judged pairs (`golden: {judgments}`), written by `runfolder.tables`
 ROUTING = "routing.json"  # one setting per slice: `rqsweep.report.routing`, written by `runfolder.tables`
 STATE_DIR = "state"  # the resumable state: `runfolder.state`; an optimise run's journal lives there too
 

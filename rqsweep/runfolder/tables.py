@@ -8,7 +8,8 @@ metrics made of them, and written here (atomically, by `rqsweep.files`):
 - settings.parquet: the grid turned wide (`runfolder.settings`);
 - routing.json: one setting per slice, with `validation:` (`rqsweep.report.routing`);
 - label_health.parquet: queries no knob moves or no setting finds, likely unlabelled items
-  (`rqsweep.report.label_health`).
+  (`rqsweep.report.label_health`);
+- judgments.parquet (`write_judgments`): the golden set's judged pairs, with `golden: {judgments}`.
 
 Each carries the run's key-value metadata (`table_metadata`), and is read back here too (`read_table`,
 `table_parts`, `row_groups`, `read_metadata`, `scan_queries`, `read_ranked_lists`, `read_routing`). A column the whole run
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -33,7 +34,7 @@ from rqsweep.files import ParquetGroups, reading_parquet, write_json, write_parq
 from rqsweep.golden import GoldenSet
 from rqsweep.inputs import Inputs
 from rqsweep.knobs import KNOBS, Knobs
-from rqsweep.runfolder.folder import GRID, HITS, LABEL_HEALTH, QUERIES, RANKED, ROUTING, SETTINGS
+from rqsweep.runfolder.folder import GRID, HITS, JUDGMENTS, LABEL_HEALTH, QUERIES, RANKED, ROUTING, SETTINGS
 from rqsweep.runfolder.record import redact
 from rqsweep.runfolder.settings import settings_table
 
@@ -123,6 +124,21 @@ def write_settings(run_dir: Path, grid: pl.DataFrame, objective: tuple[str, str]
 
 def write_label_health(run_dir: Path, findings: pl.DataFrame, metadata: Mapping[str, str]) -> None:
     write_parquet(run_dir / LABEL_HEALTH, findings, metadata)
+
+
+JUDGMENTS_SCHEMA = {"query_id": pl.String, "key": pl.String, "grade": pl.Int64, "judge": pl.String,
+                    "file": pl.String, "line": pl.String, "used": pl.Boolean}
+
+
+def write_judgments(run_dir: Path, golden: GoldenSet, relative: Callable[[Path], str],
+                    metadata: Mapping[str, str]) -> None:
+    """judgments.parquet: every graded row of the golden set's judgments files (`relative` names each file as
+    run outputs do), `used` where it is the grade the run used (a person's over the judge's); none without."""
+    if not golden.judgments:
+        return
+    used = set(golden.judged)
+    rows = [(j.query_id, j.key, j.grade, j.judge, relative(j.file), j.where, j in used) for j in golden.judgments]
+    write_parquet(run_dir / JUDGMENTS, pl.DataFrame(rows, schema=JUDGMENTS_SCHEMA, orient="row"), metadata)
 
 
 def write_routing(run_dir: Path, routing: dict) -> None:
