@@ -1,4 +1,5 @@
-"""A run folder, `results/<name>/<run id>/`, and every file in it; nothing else reads or writes them.
+"""A run folder, `results/<name>/<run id>/`, and its files (folder.py names them all, and the four that lower layers
+write: the backends' start and seed, the optimiser's journal, an embedder sweep's runs).
 
     folder.py    its name, its lock, the names of its files
     record.py    run.json: the run's record and the schema of that contract (start, resume, mark, finish)

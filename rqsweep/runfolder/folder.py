@@ -21,6 +21,10 @@ LABEL_HEALTH = "label_health.parquet"  # `rqsweep.report.label_health`, written 
 JUDGMENTS = "judgments.parquet"  # the golden set's judged pairs (`golden: {judgments}`), written by `runfolder.tables`
 ROUTING = "routing.json"  # one setting per slice: `rqsweep.report.routing`, written by `runfolder.tables`
 STATE_DIR = "state"  # the resumable state: `runfolder.state`; an optimise run's journal lives there too
+# Four more are named and written by the layers that own their format, which sit below the run folder on the data
+# line (docs/architecture.md), and are given only the folder's path: prepare/ (`backends.candidate_blocks.FOLDER`),
+# seed.json and seed.journal (`backends.http.seed`), state/optuna.journal (`search.study`) and embedders/
+# (`embedder_sweep.EMBEDDERS_FOLDER`).
 
 
 def new_run_folder(parent: Path, inputs_sha256: str, now: datetime) -> tuple[str, Path]:
