@@ -15,7 +15,7 @@ from rqsweep.errors import InputError
 from rqsweep.inputs import load_inputs
 from rqsweep.job import run
 from rqsweep.report.bounds import run_bounds
-from rqsweep.report.pool import COLUMNS
+from rqsweep.report.pool import COLUMNS, SNIPPET_CHARS, snippet
 from rqsweep.runfolder import read_run_folder
 from tests.minijob import write_job
 
@@ -180,3 +180,17 @@ def test_by_default_the_bounds_compare_the_baseline_and_the_chosen_setting(tmp_p
     assert (bounds.lower.choice, bounds.upper.choice) == (RECENCY, BASELINE)
     assert "the baseline's and the chosen setting's lists (hits.parquet; `ranked: all` bounds every setting)" in \
         (result.run_dir / "report.md").read_text()
+
+
+def test_a_long_item_s_snippet_is_cut_where_the_query_s_words_occur_most():
+    filler = "Lorem ipsum dolor sit amet consectetur. " * 20
+    text = f"Travel policy: {filler}Book trains for trips under 600 km; trains beat flights on short trips. {filler}"
+    cut = snippet(text, "trains for short trips")
+    assert len(cut) <= SNIPPET_CHARS and cut.startswith("…") and cut.endswith("…")
+    assert "Book trains for trips under 600 km; trains beat flights on short trips." in cut
+    assert snippet(text, "visa rules") == text[:SNIPPET_CHARS - 2] + "…"  # no word of the query: from the start
+    assert snippet("Short item.", "trains") == "Short item."
+    # Two windows hold the same words: the earlier one wins.
+    twice = f"{filler}trains and trips, first. {filler}trains and trips, second. {filler}"
+    cut = snippet(twice, "trains trips")
+    assert "trains and trips, first." in cut and "second" not in cut

@@ -43,8 +43,25 @@ def item_texts(corpus: Corpus, keys: set[str]) -> dict[str, str]:
     return out
 
 
-def _snippet(text: str) -> str:
-    return text if len(text) <= SNIPPET_CHARS else text[:SNIPPET_CHARS - 1] + "…"
+def snippet(text: str, query: str) -> str:
+    """`text` cut to SNIPPET_CHARS where the query's words (of three letters or more) occur most, with a little of
+    what comes before; from its start when they do not occur. An ellipsis marks each cut."""
+    if len(text) <= SNIPPET_CHARS:
+        return text
+    words = {w for w in re.findall(r"\w+", query.lower()) if len(w) > 2}
+    hits = [m.start() for m in re.finditer(r"\w+", text.lower()) if m.group() in words]
+    width = SNIPPET_CHARS - 2
+    best, most, last = 0, 0, 0
+    for first, at in enumerate(hits):  # the window that starts at a hit and holds the most hits; the earliest wins
+        while last < len(hits) and hits[last] < at + width:
+            last += 1
+        if last - first > most:
+            best, most = at, last - first
+    before = SNIPPET_CHARS // 4
+    space = text.find(" ", best - before, best)  # start on a word
+    start = 0 if best <= before else space + 1 if space >= 0 else best - before
+    end = start + width
+    return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
 
 
 def judged_pairs(run: RunFolder) -> pl.DataFrame:
@@ -84,7 +101,7 @@ def write_pool(run_dir: Path, k: int | None = None, out: Path | None = None) -> 
     table = pool_table(run, run.limit if k is None else k)
     inputs = Recompute(run).inputs
     texts = item_texts(inputs.corpus, set(table["key"].to_list())) if table.height else {}
-    rows = [[r["query_id"], r["slice"], r["query"], r["key"], _snippet(texts.get(r["key"], "")),
+    rows = [[r["query_id"], r["slice"], r["query"], r["key"], snippet(texts.get(r["key"], ""), r["query"]),
              " ".join(r["ranked_by"]), r["best"], ""] for r in table.iter_rows(named=True)]
     path = out or run.path / POOL_FILE
     write_text(path, _csv(rows, COLUMNS))
