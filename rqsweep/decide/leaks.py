@@ -1,0 +1,89 @@
+"""The leak check, run on every golden set (drafted or written by hand): queries whose text an item holds nearly
+verbatim.
+
+A query of MIN_TOKENS tokens or more leaks into an item when a run of at least SHARE of its tokens (rounded up)
+occurs in the item's text, contiguous and in order (both lowercased and cut into word tokens, `\\w+`). In its own
+expected item (`leak_own`) the query ranks that item first trivially, at every setting alike, so it inflates every
+arm and tells none apart (a query written by copying a sentence of its answer). In another item (`leak_other`) that
+item likely answers the query too, unlabelled. Shorter queries (a code, a name) are left out: an exact match on
+them is what the lexical channel is for, and the exact_token slice asks exactly that.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Iterable
+
+import polars as pl
+
+from rqsweep.corpus import Corpus
+from rqsweep.decide.label_health import SCHEMA
+from rqsweep.golden import GoldenQuery
+
+SHARE = 0.8
+MIN_TOKENS = 4
+OTHERS_LISTED = 5  # leak_other rows per query: a sentence of boilerplate may recur in every page
+
+
+def tokens(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def run_needed(n: int) -> int:
+    """The shortest run of a query of n tokens that leaks: SHARE of them, rounded up."""
+    return math.ceil(SHARE * n - 1e-9)
+
+
+def longest_run(query: list[str], item: list[str]) -> int:
+    """The longest run of tokens `query` and `item` share, contiguous and in order."""
+    best, previous = 0, [0] * (len(item) + 1)
+    for q in query:
+        current = [0] * (len(item) + 1)
+        for j, t in enumerate(item, 1):
+            if q == t:
+                current[j] = previous[j - 1] + 1
+                best = max(best, current[j])
+        previous = current
+    return best
+
+
+def _items(corpus: Corpus) -> Iterable[tuple[str, str]]:
+    for table in (corpus.documents, corpus.memories):
+        for item in table:
+            yield item.key, item.content
+
+
+def leaks(queries: Iterable[GoldenQuery], corpus: Corpus) -> pl.DataFrame:
+    """label health's rows (SCHEMA) of every leak: `leak_own` rows first, then `leak_other` (at most OTHERS_LISTED a
+    query, by key), each sorted by slice and query id."""
+    checked = {q.id: (q, toks) for q in queries if len(toks := tokens(q.query)) >= MIN_TOKENS}
+    windows: dict[int, dict[tuple[str, ...], list[str]]] = {}  # run length -> a query's run of it -> query ids
+    for qid, (_, toks) in checked.items():
+        r = run_needed(len(toks))
+        for i in range(len(toks) - r + 1):
+            windows.setdefault(r, {}).setdefault(tuple(toks[i:i + r]), []).append(qid)
+    found: dict[str, dict[str, int]] = {}  # query id -> item key -> longest shared run
+    for key, content in _items(corpus):
+        words, hit = tokens(content), set()
+        for r, runs in windows.items():
+            for i in range(len(words) - r + 1):
+                hit.update(runs.get(tuple(words[i:i + r]), ()))
+        for qid in hit:
+            found.setdefault(qid, {})[key] = longest_run(checked[qid][1], words)
+    rows = []
+    for qid, items in found.items():
+        q, toks = checked[qid]
+        expected = [e.key for e in q.expected]
+        others = sorted(k for k in items if k not in expected)
+        more = len(others) - OTHERS_LISTED
+        for key in [k for k in expected if k in items] + others[:OTHERS_LISTED]:
+            own = key in expected
+            detail = (f"a run of {items[key]} of its {len(toks)} tokens ({items[key] / len(toks):.0%}) occurs in "
+                      + ("its expected item" if own else "this item, not labelled"))
+            if not own and more > 0:
+                detail += f" (and in {more} more items not listed)"
+            rows.append({"kind": "leak_own" if own else "leak_other", "query_id": qid, "slice": q.slice,
+                         "query": q.query, "expected": expected, "key": key, "detail": detail})
+    frame = pl.DataFrame(rows, schema=SCHEMA)
+    return frame.sort(pl.col("kind") != "leak_own", "slice", "query_id", "key")
