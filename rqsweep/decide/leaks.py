@@ -2,7 +2,8 @@
 verbatim.
 
 A query of MIN_TOKENS tokens or more leaks into an item when a run of at least SHARE of its tokens (rounded up)
-occurs in the item's text, contiguous and in order (both lowercased and cut into word tokens, `\\w+`). In its own
+occurs in the item's text, contiguous and in order (both lowercased and cut into words: letters and digits, with
+`-`, `.`, `:`, `/`, `@`, `+` or `'` inside a word joining it, so a host name or an error code is one word). In its own
 expected item (`leak_own`) the query ranks that item first trivially, at every setting alike, so it inflates every
 arm and tells none apart (a query written by copying a sentence of its answer). In another item (`leak_other`) that
 item likely answers the query too, unlabelled. Shorter queries (a code, a name) are left out: an exact match on
@@ -23,11 +24,12 @@ from rqsweep.golden import GoldenQuery
 
 SHARE = 0.8
 MIN_TOKENS = 4
+_WORD = re.compile(r"\w+(?:[-.:/@+']\w+)*")
 OTHERS_LISTED = 5  # leak_other rows per query: a sentence of boilerplate may recur in every page
 
 
 def tokens(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
+    return _WORD.findall(text.lower())
 
 
 def run_needed(n: int) -> int:
