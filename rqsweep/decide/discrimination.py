@@ -52,6 +52,8 @@ class SliceCheck:
                     "baseline's: no change to tell")
         if self.tells:
             return f"tells the chosen setting from the baseline ({self.queries} queries, {self.needed} needed)"
+        if self.mdd is None:
+            return f"{self.moved} of {self.queries} queries move; no spread of the metric to size the change with"
         return (f"{self.queries} queries resolve {self.mdd:.3f} at {POWER:.0%} power; "
                 + (f"{self.needed:,} would resolve the chosen setting's change of {self.change:+.4f}"
                    if self.needed else f"no golden set resolves a change of {self.change:+.4f}"))
