@@ -58,6 +58,16 @@ def test_the_handbook_draft_has_rows_of_every_typed_slice_each_marked_with_its_g
     assert {q.synthetic for q in golden.queries} == set(TYPED)
 
 
+def test_the_handbook_counts_the_docs_quote_are_the_drafts(drafted):
+    import re
+
+    page = (ROOT / "docs" / "start-without-a-golden-set.md").read_text().replace("\n", " ")
+    quoted = re.search(r"the draft makes (\d+) rows: (\d+) exact_token, (\d+) exact_name, (\d+) freshness .*?, "
+                       r"(\d+) entity", page)
+    rows = yaml.safe_load((drafted.parent / "draft.yaml").read_text())
+    assert [int(n) for n in quoted.groups()] == [len(rows), *(sum(r["slice"] == s for r in rows) for s in TYPED)]
+
+
 def test_without_a_judge_no_semantic_row_is_made_and_the_draft_says_so(tmp_path, capsys):
     assert main(["draft", str(handbook_config(tmp_path)), "--out", str(tmp_path / "d.yaml")]) == 0
     out = capsys.readouterr().out

@@ -108,7 +108,7 @@ def write_draft(config_path: Path, out: Path | None = None, seed: int = 0) -> tu
               + "".join(f"{note}\n" for note in d.notes))
     write_text(target, render(d, target.suffix.lower(), header))
     counts = {s: sum(q.slice == s for q in d.queries) for s in SLICES}
-    lines = [f"draft: {len(d.queries)} rows -> {target}"]
+    lines = [f"draft: {len(d.queries)} rows -> {out if out is not None else config.relative(target)}"]
     lines += [f"  {s:<12}{counts[s]:>4} of {d.found[s]} found" for s in SLICES if d.found[s] or s != "semantic"]
     lines += [f"  {note}" for note in d.notes]
     flagged = leaks(d.queries, corpus)
