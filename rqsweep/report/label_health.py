@@ -40,7 +40,8 @@ def label_health_blocks(run: RunFolder) -> list[Block]:
         f"Leak check: {counts['leak_own']} queries' text occurs nearly verbatim in their own expected item (they "
         f"rank it first at every setting, so they inflate every arm alike: rewrite them in a user's words) and "
         f"{counts['leak_other']} (query, item) pairs in an item not labelled (likely an unlabelled answer: label it "
-        f"or reword the query). Nearly: a run of {SHARE:.0%} of a query's tokens or more, in order, for queries of "
+        f"or reword the query; a stale twin of a freshness query's expected memory is listed too: the twins share their "
+        f"subject by design). Nearly: a run of {SHARE:.0%} of a query's tokens or more, in order, for queries of "
         f"{MIN_TOKENS} tokens or more.")]
     for kind in ("never_found", "tie_sensitive", "suspect_unlabelled", "leak_own", "leak_other"):
         rows = findings.filter(pl.col("kind") == kind)
