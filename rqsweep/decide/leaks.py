@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import chain
 from typing import Iterable
 
 import polars as pl
@@ -50,12 +51,6 @@ def longest_run(query: list[str], item: list[str]) -> int:
     return best
 
 
-def _items(corpus: Corpus) -> Iterable[tuple[str, str]]:
-    for table in (corpus.documents, corpus.memories):
-        for item in table:
-            yield item.key, item.content
-
-
 def leaks(queries: Iterable[GoldenQuery], corpus: Corpus) -> pl.DataFrame:
     """label health's rows (SCHEMA) of every leak: `leak_own` rows first, then `leak_other` (at most OTHERS_LISTED a
     query, by key), each sorted by slice and query id."""
@@ -66,8 +61,8 @@ def leaks(queries: Iterable[GoldenQuery], corpus: Corpus) -> pl.DataFrame:
         for i in range(len(toks) - r + 1):
             windows.setdefault(r, {}).setdefault(tuple(toks[i:i + r]), []).append(qid)
     found: dict[str, dict[str, int]] = {}  # query id -> item key -> longest shared run
-    for key, content in _items(corpus):
-        words, hit = tokens(content), set()
+    for item in chain(corpus.documents, corpus.memories):
+        key, words, hit = item.key, tokens(item.content), set()
         for r, runs in windows.items():
             for i in range(len(words) - r + 1):
                 hit.update(runs.get(tuple(words[i:i + r]), ()))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import chain, combinations
 
 import numpy as np
 
@@ -72,15 +72,9 @@ def _identifiers(text: str) -> set[str]:
     return found
 
 
-def _items(corpus: Corpus):
-    for table in (corpus.documents, corpus.memories):
-        for item in table:
-            yield item
-
-
 def exact_token(corpus: Corpus) -> list[Candidate]:
     where: dict[str, set[str]] = {}
-    for item in _items(corpus):
+    for item in chain(corpus.documents, corpus.memories):
         for word in _identifiers(item.content):
             where.setdefault(word, set()).add(item.key)
     return [Candidate("exact_token", word, (keys.pop(),), "exact_token")
@@ -104,22 +98,15 @@ def reword_heading(heading: str) -> str | None:
 
 
 def exact_name(corpus: Corpus) -> list[Candidate]:
-    pages: dict[str, set[str]] = {}  # a heading, lowercased -> the pages holding it
+    pages: dict[str, set[str]] = {}  # a title or heading, lowercased -> the pages holding it
     for doc in corpus.documents:
         headings = [h for h in _HEADING.findall(doc.content)
                     if len(h.split()) >= 2 and h.split()[0].lower() not in STOP | {"before", "after", "if"}]
         for title in [doc.title or first_heading(doc.content), *headings]:
             if title.strip():
-                pages.setdefault(title.strip(), set()).add(doc.key)
-    by_text: dict[str, set[str]] = {}
-    for title, keys in pages.items():
-        by_text.setdefault(title.lower(), set()).update(keys)
-    out = []
-    for title, keys in pages.items():
-        query = reword_heading(title)
-        if query is not None and len(by_text[title.lower()]) == 1:
-            out.append(Candidate("exact_name", query, (next(iter(keys)),), "exact_name"))
-    return out
+                pages.setdefault(title.strip().lower(), set()).add(doc.key)
+    return [Candidate("exact_name", query, (next(iter(keys)),), "exact_name") for title, keys in pages.items()
+            if len(keys) == 1 and (query := reword_heading(title)) is not None]
 
 
 def _words(text: str) -> list[str]:
