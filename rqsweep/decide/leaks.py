@@ -51,6 +51,17 @@ def longest_run(query: list[str], item: list[str]) -> int:
     return best
 
 
+def _stretches(words: list[str], vocabulary: set[str], shortest: int) -> Iterable[list[str]]:
+    """The runs of `words` every word of which some query holds, `shortest` long or more: only there can a query's
+    run occur (most of a large corpus's text is in none)."""
+    start = 0
+    for i, word in enumerate([*words, None]):
+        if word not in vocabulary:
+            if i - start >= shortest:
+                yield words[start:i]
+            start = i + 1
+
+
 def leaks(queries: Iterable[GoldenQuery], corpus: Corpus) -> pl.DataFrame:
     """label health's rows (SCHEMA) of every leak: `leak_own` rows first, then `leak_other` (at most OTHERS_LISTED a
     query, by key), each sorted by slice and query id."""
@@ -60,12 +71,14 @@ def leaks(queries: Iterable[GoldenQuery], corpus: Corpus) -> pl.DataFrame:
         r = run_needed(len(toks))
         for i in range(len(toks) - r + 1):
             windows.setdefault(r, {}).setdefault(tuple(toks[i:i + r]), []).append(qid)
+    vocabulary = {t for _, toks in checked.values() for t in toks}
     found: dict[str, dict[str, int]] = {}  # query id -> item key -> longest shared run
     for item in chain(corpus.documents, corpus.memories):
         key, words, hit = item.key, tokens(item.content), set()
-        for r, runs in windows.items():
-            for i in range(len(words) - r + 1):
-                hit.update(runs.get(tuple(words[i:i + r]), ()))
+        for stretch in _stretches(words, vocabulary, min(windows, default=0)):
+            for r, runs in windows.items():
+                for i in range(len(stretch) - r + 1):
+                    hit.update(runs.get(tuple(stretch[i:i + r]), ()))
         for qid in hit:
             found.setdefault(qid, {})[key] = longest_run(checked[qid][1], words)
     rows = []
