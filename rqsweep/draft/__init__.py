@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rqsweep.backends import BACKENDS
-from rqsweep.config import load_config
+from rqsweep.config import JudgeConfig, load_config
 from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.decide.leaks import leaks
 from rqsweep.draft.rules import RULES, Candidate
@@ -49,7 +49,7 @@ def _capped(candidates: list[Candidate], seed: int) -> list[Candidate]:
     return rows
 
 
-def draft(corpus: Corpus, judge=None, seed: int = 0) -> Draft:
+def draft(corpus: Corpus, judge: JudgeConfig | None = None, seed: int = 0) -> Draft:
     """The draft of `corpus`; `judge`: a `JudgeConfig` for the semantic slice, or None."""
     found: dict[str, list[Candidate]] = {rule.__name__: rule(corpus) for rule in RULES}
     found["semantic"] = [] if judge is None else semantic(corpus, judge, ROWS_PER_SLICE, seed)
