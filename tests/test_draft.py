@@ -97,6 +97,12 @@ def test_the_draft_refuses_to_write_over_a_golden_set(drafted, capsys):
         capsys.readouterr().err)
 
 
+def test_a_draft_is_written_as_yaml_or_csv_only(drafted, tmp_path, capsys):
+    assert main(["draft", str(drafted), "--out", str(tmp_path / "draft.json")]) == 2
+    assert "draft.json': a draft is written as .yaml, .yml or .csv" in capsys.readouterr().err
+    assert not (tmp_path / "draft.json").exists()
+
+
 def test_a_csv_draft_reads_back_with_its_synthetic_column(drafted, tmp_path):
     out = tmp_path / "draft.csv"
     assert main(["draft", str(drafted), "--out", str(out)]) == 0
