@@ -8,6 +8,7 @@
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
     rqsweep pool RUN_DIR [--k K] [--out FILE]          (unlabelled pairs the settings rank, to grade)
     rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
+    rqsweep draft CONFIG [--out FILE] [--seed N]       (a draft golden set from the config's corpus)
     rqsweep gate RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]] [--tolerance T]
                  [--gate-mode exact|significant]
     rqsweep serve CONFIG [--port N] [--fault-rate F ...]   (SOAT's API over the embedded engine; --help)
@@ -161,6 +162,19 @@ def _pool_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     p.add_argument("--k", type=_positive, metavar="K", help="how deep into each list (default: the run's limit)")
     p.add_argument("--out", type=Path, metavar="FILE", help="where the CSV goes (default: RUN_DIR/pool.csv)")
+    return p
+
+
+def _draft_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep draft",
+        description="Write a draft golden set from the config's corpus, typed by slice (exact_token, exact_name, "
+                    "freshness, entity; semantic through `judge:` when configured), each row marked `synthetic`; "
+                    "then the leak check on it (docs/start-without-a-golden-set.md).")
+    p.add_argument("config", type=Path, metavar="CONFIG")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="where it goes, .yaml or .csv (default: the config's `golden:`, which must not exist yet)")
+    p.add_argument("--seed", type=int, default=0, help="which rows a slice keeps when its rule finds more (default 0)")
     return p
 
 
@@ -362,6 +376,15 @@ def _pool(argv: list[str]) -> int:
     return 0
 
 
+def _draft(argv: list[str]) -> int:
+    from rqsweep.draft import write_draft
+
+    args = _draft_parser().parse_args(argv)
+    _, _, lines = write_draft(args.config, args.out, args.seed)
+    print("\n".join(lines))
+    return 0
+
+
 def _sweeps(argv: list[str]) -> int:
     from rqsweep.config import SHIPPED_SWEEPS, named_sweeps
 
@@ -398,6 +421,7 @@ COMMANDS = {
     "export": (_export, "RUN_DIR [--setting best|baseline|ID] [--format trec]", "a setting's lists as a TREC run"),
     "pool": (_pool, "RUN_DIR [--k K] [--out FILE]", "unlabelled pairs the settings rank, to grade"),
     "sweeps": (_sweeps, "[CONFIG]", "the named sweeps a config can use"),
+    "draft": (_draft, "CONFIG [--out FILE] [--seed N]", "a draft golden set from the config's corpus"),
     "worker": (_worker, "CONFIG --storage URL --study NAME", "join a running optimise study"),
     "collect": (_collect, "RUN_DIR [--storage URL]", "write an optimise run's results from its study"),
     "serve": (_serve, "CONFIG [--port N] [--preload IDS]", "SOAT's HTTP API over the embedded engine"),

@@ -18,6 +18,7 @@ from rqsweep.backends import build_backend
 from rqsweep.config import JobConfig
 from rqsweep.decide.cross_validation import summary_lines
 from rqsweep.decide.holdout import lines as holdout_lines
+from rqsweep.decide.leaks import leaks
 from rqsweep.decide.verdict import decide, in_sample_rows, numeric_range
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.errors import BackendError, BackendRefused, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
@@ -201,7 +202,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     scored = time.monotonic()
     record = replace(record, decision=decision, holdout=holdout)
     record.write(run_dir)
-    write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, decided.tallies), metadata)
+    write_label_health(run_dir, run_label_health(run_dir, sweep.baseline_id, chosen, decided.tallies,
+                                                 leaks(inputs.golden.queries, inputs.corpus)), metadata)
     write_report(run_dir, finished=False, phase=progress.phase, made=Made(decided.noise, ranges))
     sweep.state.discard_parts()  # queries.parquet holds every row now, and stands in for them on --resume
     # The marker that the folder is finished, written after every other file: readers check it.

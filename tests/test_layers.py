@@ -19,7 +19,7 @@ STEPS = [
     ("rqsweep.metrics",),
     ("rqsweep.search",),
     ("rqsweep.decide",),
-    ("rqsweep.inputs", "rqsweep.dry_run"),
+    ("rqsweep.inputs", "rqsweep.dry_run", "rqsweep.draft"),
     ("rqsweep.runfolder",),
     ("rqsweep.report",),
     ("rqsweep.gate",),

@@ -79,6 +79,27 @@ def test_the_bring_your_own_data_section_runs_verbatim(tmp_path):
     assert len(list(run_dir.glob("*.run"))) == 1
 
 
+def test_the_start_without_a_golden_set_page_runs_verbatim(tmp_path):
+    """docs/start-without-a-golden-set.md: its shell blocks, in order, in an empty folder: the draft (the output it
+    quotes), a person's edit, the run and the checks (the leak it plants flagged, the slice no setting moves named)."""
+    import os
+    import subprocess
+    import sys
+
+    page = (ROOT / "docs" / "start-without-a-golden-set.md").read_text()
+    script = "".join(re.findall(r"```sh\n(.*?)```", page, re.S))
+    (quoted,) = re.findall(r"```text\n(.*?)```", page, re.S)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(quoted)
+    assert "Verdict: keep the baseline rrf_k=60 min_similarity=off half_life=0d: " in done.stdout
+    leak = "| semantic | mine-003 | expenses under 500 EUR need no approval | expenses.md | a run of 7 of its 7 tokens"
+    assert leak in re.sub(r" +\|", " |", re.sub(r"\| +", "| ", done.stdout))
+    assert "No setting moves exact_token: " in done.stdout
+
+
 def test_the_readme_is_a_landing_page_under_12_kb():
     assert len(README.read_bytes()) < 12_000
 

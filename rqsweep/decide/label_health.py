@@ -14,6 +14,8 @@ Four kinds of finding, one row each in label_health.parquet (and in the report):
   the settings whose ranked lists the run kept (hits.parquet: the baseline and the chosen setting; every
   setting with `ranked: all`), counting those where the expected item was returned. Listed for curation:
   it may well be relevant and unlabelled.
+- `leak_own`, `leak_other`: a query whose text its own expected item, or another item, holds nearly verbatim
+  (`rqsweep.decide.leaks`, from the golden set and the corpus: no setting needed).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import polars as pl
 
 from rqsweep.files import in_passes
 
-KINDS = ("never_found", "unmoved", "tie_sensitive", "suspect_unlabelled")
+KINDS = ("never_found", "unmoved", "tie_sensitive", "suspect_unlabelled", "leak_own", "leak_other")
 SCHEMA = {"kind": pl.String, "query_id": pl.String, "slice": pl.String, "query": pl.String,
           "expected": pl.List(pl.String), "key": pl.String, "detail": pl.String}
 
@@ -106,11 +108,12 @@ def _suspects(ranked: pl.DataFrame, about: pl.DataFrame) -> pl.DataFrame:
 
 
 def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, chosen: str,
-                 tallies: Sequence[Tally] | None = None) -> pl.DataFrame:
+                 tallies: Sequence[Tally] | None = None, leaks: pl.DataFrame | None = None) -> pl.DataFrame:
     """The findings (schema SCHEMA), kind by kind in KINDS' order, from the per-query table (a lazy scan:
     setting_id, query_id, slice, query, expected, rank, error, tie_sensitive) and ranked lists (hits.parquet's
     or ranked.parquet's columns). `tallies`: of every setting's rows, when they are made already (then the
-    table is read only for the baseline's and the chosen setting's rows)."""
+    table is read only for the baseline's and the chosen setting's rows). `leaks`: the leak check's rows
+    (`rqsweep.decide.leaks`), when the golden set and corpus are at hand."""
     about, total = _by_query(queries, baseline, chosen, tallies)
     never = about.filter((pl.col("max_rank") == 0) & (pl.col("settings") > 0)).select(
         pl.lit("never_found").alias("kind"), "query_id", "slice", "query", "expected", pl.lit(None).alias("key"),
@@ -124,7 +127,7 @@ def label_health(queries: pl.LazyFrame, ranked: pl.DataFrame, baseline: str, cho
                   "tie_settings", pl.lit(total),
                   pl.when(pl.col("tie_at_chosen").fill_null(False)).then(pl.lit("the chosen one among them"))
                   .otherwise(pl.lit("not the chosen one"))).alias("detail"))
-    parts = [never, unmoved, ties, _suspects(ranked, about)]
+    parts = [never, unmoved, ties, _suspects(ranked, about), *([] if leaks is None else [leaks])]
     return pl.concat([p.cast(SCHEMA) for p in parts]).sort(
         pl.col("kind").replace_strict({k: i for i, k in enumerate(KINDS)}, return_dtype=pl.Int64), "slice",
         "query_id", "key", maintain_order=True)

@@ -101,7 +101,7 @@ def load_golden(path: Path, corpus: Corpus | None = None, rules: GoldenRules = G
             expected[key] = Expected(types[key], key, grade)
         expected |= {j.key: Expected(types[j.key], j.key, j.grade) for j in extra.get(row.id, ())}
         if expected:
-            queries.append(GoldenQuery(row.id, row.slice, row.query, tuple(expected.values())))
+            queries.append(GoldenQuery(row.id, row.slice, row.query, tuple(expected.values()), row.synthetic))
         else:
             unjudged.append(row.id)
     if not queries:

@@ -26,6 +26,7 @@ class GoldenQuery:
     slice: str
     query: str
     expected: tuple[Expected, ...]
+    synthetic: str | None = None  # the generator that drafted it (`rqsweep draft`); None: written by a person
 
     @property
     def grades(self) -> tuple[int, ...]:

@@ -1,4 +1,5 @@
-"""rqsweep's own golden rows: YAML or JSON lines, and CSV or TSV with named columns."""
+"""rqsweep's own golden rows: YAML or JSON lines, and CSV or TSV with named columns. A row may name the generator
+that drafted it (`synthetic`, as `rqsweep draft` writes it); a person's row leaves it out."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from rqsweep.errors import InputError, shown
 from rqsweep.golden.rows import Layout, Row, decode, grade, text, unsupported
 
-FIELDS = ("id", "slice", "query", "expected")
+FIELDS = ("id", "slice", "query", "expected", "synthetic")
 
 
 def _expected(value: object, path: Path, where: str) -> list[tuple[str | None, str, int]]:
@@ -46,8 +47,9 @@ def _row(row: object, i: int, path: Path, where: str, named: str | None) -> Row:
     if not isinstance(qid, (str, int)) or isinstance(qid, bool):
         raise InputError(path, f"{where}.id", f"expected a string, got {shown(qid)}")
     slice_ = text(row, "slice", path, where) if row.get("slice") is not None else None
+    synthetic = text(row, "synthetic", path, where) if row.get("synthetic") is not None else None
     return Row(path, where, str(qid), slice_, text(row, "query", path, where),
-               _expected(row.get("expected"), path, f"{where}.expected"))
+               _expected(row.get("expected"), path, f"{where}.expected"), synthetic=synthetic)
 
 
 def read_rows(path: Path, data: object, raw: bytes) -> Layout:
@@ -66,7 +68,8 @@ def _split_keys(cell: str) -> tuple[tuple[str, str], ...] | list[str]:
 
 
 def read_table(path: Path, raw: bytes) -> Layout:
-    """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id and slice optional."""
+    """CSV (.csv) or TSV (.tsv) with a header row naming its columns: query and expected, id, slice and synthetic
+    optional."""
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     reader = csv.DictReader(io.StringIO(decode(path, raw), newline=""), delimiter=delimiter)
     header = [h.strip() for h in reader.fieldnames or []]

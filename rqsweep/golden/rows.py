@@ -11,7 +11,7 @@ from rqsweep.errors import InputError, shown
 
 # Said by every refusal of a layout, so that the user learns what would have been read.
 FORMATS = ("formats read: rqsweep's rows in YAML or JSON lines (.yaml, .yml, .jsonl: {id?, slice, query, expected}); "
-           "CSV or TSV with a header naming query and expected (id and slice optional, ';' between keys, key=grade "
+           "CSV or TSV with a header naming query and expected (id, slice and synthetic optional, ';' between keys, key=grade "
            "for a grade); SOAT's golden.json (versions 1 to 4); a BEIR folder (corpus.jsonl, queries.jsonl, "
            "qrels/<split>.tsv); TREC qrels with a topics file (golden: {path: QRELS, topics: TOPICS})")
 
@@ -25,6 +25,7 @@ class Row:
     query: str
     expected: list[tuple[str | None, str, int]]  # (source type when the layout says it, key, grade)
     fields: dict = field(default_factory=dict)  # the query's other fields, for a slice rule by field
+    synthetic: str | None = None  # the generator that drafted the row (`rqsweep draft`); None: written by a person
 
 
 @dataclass

@@ -14,6 +14,7 @@ from rqsweep.decide.holdout import lines as holdout_lines
 from rqsweep.knobs import HALF_LIFE, KNOBS, RRF_K, blends
 from rqsweep.decide.noise import SliceNoise
 from rqsweep.report.bounds import bounds_blocks
+from rqsweep.report.discrimination import discrimination_blocks
 from rqsweep.report.knob_ranges import KnobRanges, knob_range_blocks, knob_ranges
 from rqsweep.report.label_health import label_health_blocks
 from rqsweep.report.ladder import ladder_blocks
@@ -252,7 +253,8 @@ _SECTIONS: tuple[Callable[..., list[Block]], ...] = (
     lambda run, tables, cv, made: _infeasible(run), lambda run, tables, cv, made: ladder_blocks(run),
     lambda run, tables, cv, made: noise_blocks(run, made.noise), lambda run, tables, cv, made: _recency(run),
     lambda run, tables, cv, made: bounds_blocks(run),
-    lambda run, tables, cv, made: label_health_blocks(run), lambda run, tables, cv, made: _changed(run))
+    lambda run, tables, cv, made: label_health_blocks(run),
+    lambda run, tables, cv, made: discrimination_blocks(run, made.noise), lambda run, tables, cv, made: _changed(run))
 STEPS = 2 + len(_SECTIONS)  # what `build` counts: the knob tables, the cross-validation, then each section
 
 
