@@ -50,14 +50,12 @@ def _benchmark(name: str):
 
 bench_engine = _benchmark("engine")  # also pins BLAS to one thread, as the single-core figures need
 
-import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from rqsweep.backends.dask_cluster import DaskCluster  # noqa: E402
 from rqsweep.backends.dask_corpus import ShardedIndex  # noqa: E402
 from rqsweep.backends.embedded import EmbeddedBackend  # noqa: E402
 from rqsweep.config import Chunking, WorkersConfig  # noqa: E402
-from rqsweep.engine.batch import SettingsBatch  # noqa: E402
 from rqsweep.engine.embed import FeatureHashEmbedder  # noqa: E402
 from rqsweep.engine.index import Index  # noqa: E402
 from rqsweep.golden import Expected, GoldenQuery, GoldenSet  # noqa: E402

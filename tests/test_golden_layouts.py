@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rqsweep.cli import main
 from rqsweep.backends import BACKENDS
 from rqsweep.config import load_config
 from rqsweep.inputs import load_inputs
 from tests.minijob import DOCUMENTS, MEMORIES, QUERIES, write_job
+from tests.soat_golden import SOAT_GOLDEN_CONFIG, needs_soat_golden
 
 SMALL_SWEEP = {"strategy": "grid", "knobs": {"rrf_k": {"values": [1, 60]}}}
 
@@ -156,8 +156,9 @@ def test_soat_golden_json_of_versions_1_and_3_in_the_inline_layout_runs(tmp_path
     assert ages["mem-pager-old"] == (("stale", 400.0) if version >= 2 else ("default", 0.0))
 
 
+@needs_soat_golden
 def test_the_shared_soat_golden_set_reads():
-    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml", BACKENDS)
+    config = load_config(SOAT_GOLDEN_CONFIG, BACKENDS)
     inputs = load_inputs(config.path)
     assert inputs.golden.layout == "SOAT golden.json v1" and len(inputs.golden.queries) == 50
 

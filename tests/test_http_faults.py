@@ -18,6 +18,7 @@ from rqsweep.backends.http.mapping import SEARCH_PATH
 from rqsweep.serve import EMBEDDER_FAULT, Faults, SoatServer
 from tests.http_support import (EMBEDDED, PASSWORD, comparable, counted_back_offs, http_backend, serving, write_config,
                                 write_corpus)
+from tests.soat_golden import SOAT_GOLDEN_CONFIG, needs_soat_golden
 
 
 @pytest.fixture(autouse=True)
@@ -198,6 +199,7 @@ def test_serve_exits_with_the_code_of_its_error(tmp_path, capsys):
     assert serve.main([str(unreachable), "--port", "0", "--clock", "yesterday"]) == 2
 
 
+@needs_soat_golden
 def test_serve_preloads_the_corpus_of_a_soat_golden_json(tmp_path):
     """configs/soat-golden.yaml has no `corpus:`: its golden.json carries the corpus, and --preload loads that."""
     import json
@@ -205,7 +207,7 @@ def test_serve_preloads_the_corpus_of_a_soat_golden_json(tmp_path):
     import subprocess
     import sys
 
-    config = Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml"
+    config = SOAT_GOLDEN_CONFIG
     ids = tmp_path / "ids.json"
     proc = subprocess.Popen([sys.executable, "-m", "rqsweep", "serve", str(config), "--port", "0", "--preload",
                              str(ids)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

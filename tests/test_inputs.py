@@ -21,10 +21,7 @@ from rqsweep.corpus import load_corpus
 from rqsweep.search.space import grid, knob_values
 from rqsweep.knobs import Knobs
 from tests.minijob import write_job
-
-SOAT_GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "soat-golden" / "golden.v1.json"
-needs_soat_golden = pytest.mark.skipif(
-    not SOAT_GOLDEN.exists(), reason=f"SOAT's golden set is not here ({SOAT_GOLDEN}); it lives in shared/, not in this repo")
+from tests.soat_golden import SOAT_GOLDEN, SOAT_GOLDEN_CONFIG, needs_soat_golden
 
 
 def error_of(config: Path) -> InputError:
@@ -161,7 +158,7 @@ def test_soat_golden_with_a_wrong_source_type_is_rejected(tmp_path):
 
 @needs_soat_golden
 def test_the_soat_golden_config_runs(tmp_path):
-    config = Path(__file__).resolve().parents[1] / "configs" / "soat-golden.yaml"
+    config = SOAT_GOLDEN_CONFIG
     outcome = job.run(config, quiet=True, output_dir=tmp_path)
     inputs = job.load_inputs(config)
     data_values = json.loads((outcome.run_dir / "run.json").read_text())["data_values"]  # its floors and half-lives

@@ -24,7 +24,7 @@ from rqsweep.engine.index_cache import CachedRows, IndexCache, StoredParts
 from rqsweep.engine.pgsort import TIE_ORDERS, TieOrder
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.recency import recency_factor
-from rqsweep.engine.runs import ranges, split_runs
+from rqsweep.engine.runs import split_runs
 from rqsweep.engine.tsearch import LexicalIndex
 from rqsweep.engine.tsearch.index import LexicalIndexBuilder
 from rqsweep.engine.tsearch.parser import RunCache

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-import polars as pl
 
 from rqsweep.errors import InputError
 from rqsweep.files import write_text
