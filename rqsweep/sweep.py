@@ -193,10 +193,11 @@ class Sweep:
                 for rows in gathered(study, self.state.finished(), self.query_ids):
                     self.state.record(rows)
 
-    def finish(self, metadata: dict[str, str]) -> Finished:
+    def finish(self, metadata: dict[str, str], features: pl.DataFrame | None = None) -> Finished:
         """Score the state, decide and build the grid. A new run's evaluation scored each batch already (`stream`)
         and wrote queries.parquet as it went; otherwise the state is read back a part at a time, scored and
-        streamed to queries.parquet, gathering the same (no table of every (setting, query) is held)."""
+        streamed to queries.parquet, gathering the same (no table of every (setting, query) is held).
+        `features`: each query's (`query_features.features_table`), for routing by rule."""
         n_settings = len(self.state.settings())
         # A long phase at 100,000 settings x 1,000 queries: it shows its own progress.
         scoring = self.progress.phase(n_settings, f"{self.config.name} scoring", "settings")
@@ -215,7 +216,7 @@ class Sweep:
 
             queries_path = write_queries(self.run_dir, query_chunks(), metadata)
         decided = scores.decide(
-            lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect())
+            lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect(), features)
         grid_frame = grid_table(decided.slice_rows, decided.settings, decided.verdicts, self.baseline_id,
                                 self.inputs.metrics, self.stamp)
         return Finished(grid_frame, decided)
