@@ -29,24 +29,30 @@ _IDENTIFIER = re.compile(r"[A-Za-z].*[0-9]|[0-9].*[A-Za-z]|_|[a-z][A-Z]|^[A-Z]{2
 _QUOTES = re.compile("[\"`\u201c\u201d\u201e\u00ab\u00bb]")
 TOP = 10  # memories_top10 counts the default search's first TOP results
 
-# name -> (searches a caller spends to know it, what it is). The search features share their one default search.
-FEATURES: dict[str, tuple[int, str]] = {
-    "words": (0, "whitespace-separated tokens in the query"),
+# name -> (searches a caller spends to know it, what it is, "{t}" at least the threshold in words). The search
+# features share their one default search.
+FEATURES: dict[str, tuple[int, str, str]] = {
+    "words": (0, "whitespace-separated tokens in the query", "the query has at least {t} words"),
     "identifiers": (0, "identifier-like tokens: letters and digits mixed, an underscore, an inner capital, two or "
-                       "more capitals first, or a dot or slash between letters or digits (VPN-4012, ERR_VPN_5002)"),
-    "digits": (0, "tokens holding a digit"),
-    "quotes": (0, "quote characters (\" ` \u201c \u201d \u201e \u00ab \u00bb)"),
-    "time_words": (0, "tokens that speak of time: " + ", ".join(sorted(TIME_WORDS))),
+                       "more capitals first, or a dot or slash between letters or digits (VPN-4012, ERR_VPN_5002)",
+                    "the query holds at least {t} identifier-like tokens"),
+    "digits": (0, "tokens holding a digit", "the query holds at least {t} tokens with a digit"),
+    "quotes": (0, "quote characters (\" ` \u201c \u201d \u201e \u00ab \u00bb)", "the query holds at least {t} quote marks"),
+    "time_words": (0, "tokens that speak of time: " + ", ".join(sorted(TIME_WORDS)),
+                   "the query holds at least {t} words about time (latest, current, now, still, ...)"),
     "question": (0, "1 when the query ends with '?' or holds a question word (" + ", ".join(sorted(WH_WORDS))
-                    + "), else 0"),
-    "memories_top10": (1, f"memories among the default search's first {TOP} results"),
-    "top1_cosine": (1, "the default search's first result's similarity_score (cosine)"),
+                    + "), else 0", "the query is a question"),
+    "memories_top10": (1, f"memories among the default search's first {TOP} results",
+                       f"the default search's first {TOP} results hold at least {{t}} memories"),
+    "top1_cosine": (1, "the default search's first result's similarity_score (cosine)",
+                    "the default search's first result has a cosine of at least {t}"),
     "channels_agree": (1, "1 when one result is first in both channels (signals.vector = signals.lexical = 1), "
-                          "else 0; missing without signals"),
-    "lexical_hits": (1, "results that the lexical channel returned (signals.lexical set); missing without signals"),
+                          "else 0; missing without signals", "the default search's two channels agree on their first"),
+    "lexical_hits": (1, "results that the lexical channel returned (signals.lexical set); missing without signals",
+                     "the lexical channel returned at least {t} of the default search's results"),
 }
-TEXT_FEATURES = tuple(name for name, (cost, _) in FEATURES.items() if cost == 0)
-SEARCH_FEATURES = tuple(name for name, (cost, _) in FEATURES.items() if cost > 0)
+TEXT_FEATURES = tuple(name for name, (cost, _, _) in FEATURES.items() if cost == 0)
+SEARCH_FEATURES = tuple(name for name, (cost, _, _) in FEATURES.items() if cost > 0)
 
 
 def _words(query: str) -> list[str]:

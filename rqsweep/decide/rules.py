@@ -62,8 +62,8 @@ class Split:
         def name(sid: str) -> str:
             return "the global setting" if sid == default else Knobs.from_id(sid).label()
 
-        return (f"when {self.feature} >= {self.threshold:g} ({FEATURES[self.feature][1]}), send {name(self.at_least)}; "
-                f"otherwise {name(self.below)}")
+        return (f"when {FEATURES[self.feature][2].format(t=f'{self.threshold:g}')} ({self.feature} >= "
+                f"{self.threshold:g}), send {name(self.at_least)}; otherwise {name(self.below)}")
 
 
 @dataclass(frozen=True)
@@ -92,10 +92,12 @@ class Rules:
     def sentence(self) -> str:
         if self.applied is None:
             why = ("no feasible rule beats the global setting" if self.split is None else
-                   f"the rule ({self.split.sentence(self.global_setting)}) did not hold out: {self.folds_won} of "
-                   f"{self.folds_compared} folds won")
+                   f"the best rule in sample ({self.split.sentence(self.global_setting)}) did not hold out: "
+                   f"{self.folds_won} of {self.folds_compared} folds won, pooled held-out gain "
+                   + ("n/a" if self.guard_gain is None else f"{self.guard_gain:+.4f}"))
             return f"Every query gets the global setting: {why}."
-        return f"{self.applied.sentence(self.global_setting)[0].upper()}{self.applied.sentence(self.global_setting)[1:]}."
+        words = self.applied.sentence(self.global_setting)
+        return f"{words[0].upper()}{words[1:]}."
 
     def record(self) -> dict:
         """routing.json's `rules`, without the held-out figures (`Routing.record` adds them)."""
@@ -109,7 +111,7 @@ class Rules:
         return {
             "rqsweep_rules": RULES_FORMAT,
             "features": {name: {"cost_searches": cost, "definition": words}
-                         for name, (cost, words) in FEATURES.items()},
+                         for name, (cost, words, _) in FEATURES.items()},
             "default": leaf(self.global_setting), "rule": split(self.applied), "cost_searches": self.cost(),
             "sentence": self.sentence(), "in_sample_rule": split(self.split), "guard": GUARD,
             "guard_result": {"folds_won": self.folds_won, "folds_compared": self.folds_compared,
