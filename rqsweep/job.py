@@ -18,7 +18,6 @@ from rqsweep.backends import build_backend
 from rqsweep.config import JobConfig
 from rqsweep.decide.cross_validation import summary_lines
 from rqsweep.decide.holdout import lines as holdout_lines
-from rqsweep.decide.query_features import features_table
 from rqsweep.decide.verdict import decide, in_sample_rows, numeric_range
 from rqsweep.embedder_sweep import run_embedders
 from rqsweep.errors import BackendError, BackendRefused, Interrupted, NoFeasibleSetting, OutputError, SearchesFailed
@@ -161,9 +160,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
         sweep.stream(metadata)
         sweep.run(storage)
         evaluated = time.monotonic()
-        # The default search's ranked lists (the baseline's): routing by rule reads their features, hits.parquet them.
-        default_lists = backend.ranked(config.baseline, sweep.query_ids)
-        done = sweep.finish(metadata, features_table({q.id: q.query for q in inputs.golden.queries}, default_lists))
+        done = sweep.finish(metadata)
         decided = done.decided
         chosen = done.best or sweep.baseline_id
         label, metric = metrics.get(config.objective.metric).label, config.objective.metric
@@ -177,7 +174,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
             None if extremes is None else tuple(map(sweep.chosen_on, extremes)), sweep.scored,
             done.grid.filter(pl.col("setting_id") == verdict.setting), inputs.metrics))
         holdout = sweep.holdout_figures(verdict, run_dir)
-        ranked = {sid: default_lists if sid == sweep.baseline_id else backend.ranked(knobs, sweep.query_ids)
+        ranked = {sid: sweep.default_search() if sid == sweep.baseline_id else backend.ranked(knobs, sweep.query_ids)
                   for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
             write_ranked(run_dir, (

@@ -110,7 +110,10 @@ def test_the_guard_keeps_a_noise_feature_whose_gain_is_one_folds_luck_out():
     # Without fold 0 there is no rule; with it, the rule fires on no other fold's query: no fold is won.
     assert (rules.folds_won, rules.folds_compared, rules.guard_gain) == (0, 5, 0.0)
     assert not rules.routed and rules.applied is None and rules.cost() == 0
-    assert rules.sentence().startswith("Every query gets the global setting: the best rule in sample (when the query")
+    assert rules.sentence() == ("Every query gets the global setting: the best rule in sample did not hold out (0 of "
+                                "5 folds won, pooled held-out gain +0.0000): when the query has at least 9 words "
+                                "(words >= 9), send rrf_k=5 min_similarity=off half_life=0d; otherwise the global "
+                                "setting.")
 
 
 def test_changing_a_folds_queries_never_changes_that_folds_rule():

@@ -92,9 +92,9 @@ class Rules:
     def sentence(self) -> str:
         if self.applied is None:
             why = ("no feasible rule beats the global setting" if self.split is None else
-                   f"the best rule in sample ({self.split.sentence(self.global_setting)}) did not hold out: "
-                   f"{self.folds_won} of {self.folds_compared} folds won, pooled held-out gain "
-                   + ("n/a" if self.guard_gain is None else f"{self.guard_gain:+.4f}"))
+                   f"the best rule in sample did not hold out ({self.folds_won} of {self.folds_compared} folds won, "
+                   f"pooled held-out gain {'n/a' if self.guard_gain is None else f'{self.guard_gain:+.4f}'}): "
+                   f"{self.split.sentence(self.global_setting)}")
             return f"Every query gets the global setting: {why}."
         words = self.applied.sentence(self.global_setting)
         return f"{words[0].upper()}{words[1:]}."
