@@ -83,3 +83,28 @@ def test_the_typescript_in_the_docs_computes_the_same_features():
     assert out["search"] == [search_features(a) for a in answers]
     assert out["search"] == [search_features(answer_hits(_answer(a))) for a in answers]
 
+
+
+def _default_search_features(run_dir) -> pl.DataFrame:
+    """Each query's search features, from the baseline's ranked list the run kept."""
+    hits = pl.read_parquet(run_dir / "hits.parquet").filter(pl.col("is_baseline")).sort("query_id", "position")
+    lists = {q: [RankedHit(r["position"], r["key"], r["source_type"], r["chunk"], r["score"], r["vector"],
+                           r["lexical"], r["similarity_score"], None) for r in rows.iter_rows(named=True)]
+             for (q,), rows in hits.group_by("query_id", maintain_order=True)}
+    return pl.DataFrame([{"query_id": q, **search_features(h)} for q, h in lists.items()])
+
+
+def test_over_http_a_run_reads_the_same_features_and_learns_the_same_rule(tmp_path, monkeypatch):
+    from rqsweep import job
+    from tests.http_support import EMBEDDED, PASSWORD, http_backend, serving, write_config, write_corpus
+
+    monkeypatch.setenv("SOAT_PASSWORD", PASSWORD)
+    write_corpus(tmp_path)
+    embedded = write_config(tmp_path, "embedded", EMBEDDED)
+    with serving(embedded) as server:
+        over_http = job.run(write_config(tmp_path, "http", http_backend(server.url, mode="direct")), quiet=True)
+    local = job.run(embedded, quiet=True)
+    got, want = (_default_search_features(r.run_dir) for r in (over_http, local))
+    assert got.equals(want) and got["lexical_hits"].null_count() == 0 and got["memories_top10"].sum() > 0
+    rules = [json.loads((r.run_dir / "routing.json").read_text())["rules"] for r in (over_http, local)]
+    assert rules[0] == rules[1]
