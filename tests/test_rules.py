@@ -199,7 +199,7 @@ def small_run(tmp_path_factory):
                              constraints=[{"metric": "mrr", "slice": "*", "max_drop": 0.1}]), quiet=True)
 
 
-def test_the_function_the_command_and_the_typescript_choose_the_same_fields(small_run, tmp_path):
+def test_the_function_the_command_and_the_typescript_choose_the_same_fields(small_run, tmp_path, capsys):
     from rqsweep.cli import main
 
     run_dir = tmp_path / "run"
@@ -225,6 +225,10 @@ def test_the_function_the_command_and_the_typescript_choose_the_same_fields(smal
         assert out.stdout.splitlines()[1].startswith("why: ")
     assert by_command == by_function
     assert main(["route", str(run_dir), "x", "--feature", "memories_top1=2"]) == 2  # no such feature: named
+    routing["rules"]["rule"] = {"feature": "memories_top10"}  # hand-edited: no threshold
+    (run_dir / "routing.json").write_text(json.dumps(routing))
+    assert main(["route", str(run_dir), "x", "--feature", "memories_top10=2"]) == 2
+    assert f"{run_dir / 'routing.json'}: rules: damaged (KeyError" in capsys.readouterr().err
 
 
 def test_a_golden_querys_search_features_come_from_the_runs_default_search(small_run, tmp_path):

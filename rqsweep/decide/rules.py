@@ -228,7 +228,7 @@ class _Learner:
         rows = ["baseline", "global", *map(str, range(len(rules)))]
         slice_means = SliceMeans(rows, [*slices, OVERALL], list(self.metrics), means.transpose(1, 2, 0), failed)
         checked = [slices[k] for k in present]
-        violated = np.logical_or.reduce([failed > 0, *(v > 0 for _, _, v in constraint_checks(
+        violated = np.logical_or.reduce([failed > 0, *(check > 0 for _, _, check in constraint_checks(
             slice_means, "baseline", self.chooser.constraints, checked))])
         score = slice_means.values[:, slice_means.slices.index(self.chooser.objective[1]), 0]
         at_global = -np.inf if np.isnan(score[1]) else score[1]

@@ -62,8 +62,16 @@ def route(run_dir: Path, query: str, given: dict[str, float]) -> tuple[dict, lis
     if data is None or "rules" not in data:
         raise InputError(run_dir / ROUTING, "rules", "the run has no routing rules (they need `validation:` and a "
                          "run of this version): run the sweep again")
+    try:
+        return _route(run_dir, data["rules"], query, given)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand-edited file: its keys are the writer's
+        raise InputError(run_dir / ROUTING, "rules", f"damaged ({type(exc).__name__}: {exc}); run the sweep again to "
+                         "rewrite it") from None
+
+
+def _route(run_dir: Path, rules: dict, query: str, given: dict[str, float]) -> tuple[dict, list[str]]:
     features: dict[str, float | None] = {**text_features(query), **given}
-    rule = data["rules"]["rule"]
+    rule = rules["rule"]
     source = []
     if rule is not None and rule["feature"] in SEARCH_FEATURES:
         kept = None if rule["feature"] in given else _kept_search(run_dir, query)
@@ -73,7 +81,7 @@ def route(run_dir: Path, query: str, given: dict[str, float]) -> tuple[dict, lis
             "--feature" if rule["feature"] in given else "the run's default search of this golden query"
             if kept is not None else f"nowhere: not a golden query of the run; pass --feature {rule['feature']}=VALUE "
             "from one default search (docs/routing-rules.md)")]
-    request, why = choose_request(data["rules"], features)
+    request, why = choose_request(rules, features)
     shown = " ".join(f"{k}={'missing' if v is None else f'{v:g}'}" for k, v in features.items())
-    return request, [json.dumps(request), f"why: {why}", f"rule: {data['rules']['sentence']}",
+    return request, [json.dumps(request), f"why: {why}", f"rule: {rules['sentence']}",
                      f"features: {shown}", *source]
