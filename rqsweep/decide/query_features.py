@@ -37,7 +37,8 @@ FEATURES: dict[str, tuple[int, str, str]] = {
                        "more capitals first, or a dot or slash between letters or digits (VPN-4012, ERR_VPN_5002)",
                     "the query holds at least {t} identifier-like tokens"),
     "digits": (0, "tokens holding a digit", "the query holds at least {t} tokens with a digit"),
-    "quotes": (0, "quote characters (\" ` \u201c \u201d \u201e \u00ab \u00bb)", "the query holds at least {t} quote marks"),
+    "quotes": (0, "quote characters (\" ` \u201c \u201d \u201e \u00ab \u00bb)",
+               "the query holds at least {t} quote marks"),
     "time_words": (0, "tokens that speak of time: " + ", ".join(sorted(TIME_WORDS)),
                    "the query holds at least {t} words about time (latest, current, now, still, ...)"),
     "question": (0, "1 when the query ends with '?' or holds a question word (" + ", ".join(sorted(WH_WORDS))

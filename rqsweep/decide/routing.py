@@ -18,7 +18,9 @@ The held-out gain of routing is measured by nested cross-validation on the same 
 estimate (`rqsweep.decide.cross_validation`): each outer fold's routing (global choice, candidates and guard, whose inner
 folds are the other outer folds) is chosen without the fold's queries and scores them. No search is repeated:
 every choice reads the per-(setting, fold, slice) sums of the evaluated grid, and only the few settings the
-folds apply are read back query by query.
+folds apply are read back query by query. Given each query's features, the same choices (`decide.choices`) and
+folds also choose and validate routing by rule, for a caller that knows no slice (`decide.rules`): routing.json's
+`rules`.
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def rules_table(data: dict) -> pl.DataFrame:
     for s, r in data["rules"]["held_out"].items():
         h = data["held_out"]["slices"][s]
         rows.append({"slice": s, "queries": r["queries"], "Δ held-out global": h["global_gain"]["mean"],
-                     "Δ held-out slice routing": h["routing_gain"]["mean"], "Δ held-out rules": r["rules_gain"]["mean"],
+                     "Δ held-out slice routing": h["routing_gain"]["mean"],
+                     "Δ held-out rules": r["rules_gain"]["mean"],
                      "CI rules": _ci(r["rules_gain"]), "Δ rules − global": r["rules_over_global"]["mean"],
                      "CI rules − global": _ci(r["rules_over_global"])})
     return pl.DataFrame(rows)
