@@ -5,6 +5,7 @@
     rqsweep worker CONFIG --storage URL --study NAME   (join a running optimise study)
     rqsweep collect RUN_DIR [--storage URL] [--quiet]  (write an optimise run's results from its study)
     rqsweep explain RUN_DIR QUERY_ID [--setting SETTING_ID]
+    rqsweep route RUN_DIR QUERY [--feature NAME=VALUE ...]   (the request fields routing.json's rules choose)
     rqsweep export RUN_DIR [--setting best|baseline|ID] [--format trec] [--output-dir DIR]
     rqsweep pool RUN_DIR [--k K] [--out FILE]          (unlabelled pairs the settings rank, to grade)
     rqsweep sweeps [CONFIG]                           (the named sweeps a config can use)
@@ -137,6 +138,18 @@ def _explain_parser() -> argparse.ArgumentParser:
     p.add_argument("--setting", metavar="SETTING_ID",
                    help="compare the baseline with this setting (an id such as k20_m0.3_h30.0) instead of the "
                         "chosen one; recomputed from the run's config when the run did not store its lists")
+    return p
+
+
+def _route_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rqsweep route",
+        description="Print the request fields routing.json's rules choose for a query (first line, JSON), and why "
+                    "(docs/routing-rules.md).")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("query", metavar="QUERY", help="the query's text")
+    p.add_argument("--feature", action="append", default=[], metavar="NAME=VALUE",
+                   help="a feature's value, such as one from a default search (memories_top10=3); repeatable")
     return p
 
 
@@ -352,6 +365,14 @@ def _explain(argv: list[str]) -> int:
     return 0
 
 
+def _route(argv: list[str]) -> int:
+    from rqsweep.report.route import parse_features, route
+
+    args = _route_parser().parse_args(argv)
+    print("\n".join(route(args.run_dir, args.query, parse_features(args.feature))[1]))
+    return 0
+
+
 def _export(argv: list[str]) -> int:
     from rqsweep.report.export import export
 
@@ -418,6 +439,7 @@ COMMANDS = {
     "gate": (_gate, "RUN_DIR [PREVIOUS_RUN_DIR] [--gate-file FILE [--update-gate-file]]",
              "the nightly gate on finished runs (docs/nightly.md)"),
     "explain": (_explain, "RUN_DIR QUERY_ID [--setting ID]", "both ranked lists of a query, and what moved it"),
+    "route": (_route, "RUN_DIR QUERY [--feature NAME=VALUE]", "the request fields the routing rules choose"),
     "export": (_export, "RUN_DIR [--setting best|baseline|ID] [--format trec]", "a setting's lists as a TREC run"),
     "pool": (_pool, "RUN_DIR [--k K] [--out FILE]", "unlabelled pairs the settings rank, to grade"),
     "sweeps": (_sweeps, "[CONFIG]", "the named sweeps a config can use"),

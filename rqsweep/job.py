@@ -175,7 +175,8 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
             None if extremes is None else tuple(map(sweep.chosen_on, extremes)), sweep.scored,
             done.grid.filter(pl.col("setting_id") == verdict.setting), inputs.metrics))
         holdout = sweep.holdout_figures(verdict, run_dir)
-        ranked = {sid: backend.ranked(knobs, sweep.query_ids) for sid, knobs in named.items()}
+        ranked = {sid: sweep.default_search() if sid == sweep.baseline_id else backend.ranked(knobs, sweep.query_ids)
+                  for sid, knobs in named.items()}
         if config.ranked == "all":  # |golden| more searches per setting, one setting's lists in memory at a time
             write_ranked(run_dir, (
                 hits_table({row["setting_id"]: backend.ranked(Knobs.from_columns(row), sweep.query_ids)},

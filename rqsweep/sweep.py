@@ -14,9 +14,11 @@ import polars as pl
 
 from rqsweep import metrics
 from rqsweep.backends import OUTCOME_SCHEMA, Backend
+from rqsweep.backends.base import RankedHit
 from rqsweep.decide.accumulate import Accumulator, Decided
 from rqsweep.decide.constraints import SliceMeans, constraint_values
 from rqsweep.decide.holdout import figures, key_of, reads
+from rqsweep.decide.query_features import features_table
 from rqsweep.decide.verdict import Verdict
 from rqsweep.files import ParquetGroups
 from rqsweep.inputs import Inputs
@@ -61,6 +63,7 @@ class Sweep:
         self._slice_of = {q.id: q.slice for q in self.golden.queries}
         self._grades = {q.id: q.grades for q in self.golden.queries} if self.golden.graded else None
         self._baseline_rows: pl.DataFrame | None = None
+        self._default_search: dict[str, list[RankedHit] | str] | None = None
         self.searching = 0.0  # seconds inside the backend's evaluate: the searches alone
         self._golden_table = golden_table(self.golden)
         # A new run scores each batch as it is evaluated and writes its queries.parquet rows then (`stream`); the
@@ -193,6 +196,13 @@ class Sweep:
                 for rows in gathered(study, self.state.finished(), self.query_ids):
                     self.state.record(rows)
 
+    def default_search(self) -> dict[str, list[RankedHit] | str]:
+        """The baseline's ranked lists, searched once: the default search whose features routing by rule reads
+        (`rqsweep.decide.query_features`), and the baseline's half of hits.parquet."""
+        if self._default_search is None:
+            self._default_search = self.backend.ranked(self.config.baseline, self.query_ids)
+        return self._default_search
+
     def finish(self, metadata: dict[str, str]) -> Finished:
         """Score the state, decide and build the grid. A new run's evaluation scored each batch already (`stream`)
         and wrote queries.parquet as it went; otherwise the state is read back a part at a time, scored and
@@ -215,7 +225,8 @@ class Sweep:
 
             queries_path = write_queries(self.run_dir, query_chunks(), metadata)
         decided = scores.decide(
-            lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect())
+            lambda ids: pl.scan_parquet(queries_path).filter(pl.col("setting_id").is_in(ids)).collect(),
+            features_table({q.id: q.query for q in self.golden.queries}, self.default_search()))
         grid_frame = grid_table(decided.slice_rows, decided.settings, decided.verdicts, self.baseline_id,
                                 self.inputs.metrics, self.stamp)
         return Finished(grid_frame, decided)

@@ -12,7 +12,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.config import Constraint, Validation
 from rqsweep.decide.constraints import choose_best
 from rqsweep.golden import OVERALL
-from rqsweep.decide.routing import Route, _Chooser, _fold_sum, route
+from rqsweep.decide.choices import Chooser, fold_sum
+from rqsweep.decide.routing import Route, route
 from rqsweep.decide.cross_validation import FoldSums, Rule, assign_folds
 from tests.test_validation import fold_members, golden, per_query
 
@@ -254,7 +255,7 @@ def test_the_choices_on_any_part_of_the_folds_are_the_rules(data):
     sums = FoldSums(queries, slices, ["recall_at_5", "mrr", "recall_at_10"], Validation(data.draw(
         st.integers(2, 6)), 0), len(order))
     sums.add(rows.with_columns(pl.col("mrr").alias("recall_at_5")))
-    chooser = _Chooser(sums, B, objective, constraints)
+    chooser = Chooser(sums, B, objective, constraints)
     for r in range(sums.folds + 1):
         for folds in itertools.combinations(range(sums.folds), r):
             assert chooser.choose(folds) == reference_choice(sums, folds, B, objective, constraints)
@@ -268,7 +269,7 @@ def test_a_sum_over_some_folds_has_the_bits_of_numpys_sum_over_them(metrics, set
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     total = rng.random((metrics, settings, folds, slices)) * rng.integers(1, 50, (metrics, settings, folds, slices))
     part = tuple(sorted(data.draw(st.sets(st.integers(0, folds - 1)))))
-    summed = _fold_sum(np.ascontiguousarray(np.moveaxis(total, 2, 0)), part)
+    summed = fold_sum(np.ascontiguousarray(np.moveaxis(total, 2, 0)), part)
     assert np.array_equal(summed.view(np.int64), total[:, :, list(part)].sum(axis=2).view(np.int64))
 
 

@@ -89,8 +89,9 @@ class Accumulator:
             None if self._folds is None else self._folds.part(scored),
             Tally(owned(held.counts), owned(held.ranks), owned(held.settings)), spreads))
 
-    def decide(self, rows_of: Callable[[list[str]], pl.DataFrame]) -> Decided:
-        """The decisions of every batch added; `rows_of`: queries.parquet's rows of some settings."""
+    def decide(self, rows_of: Callable[[list[str]], pl.DataFrame], features: pl.DataFrame | None = None) -> Decided:
+        """The decisions of every batch added; `rows_of`: queries.parquet's rows of some settings; `features`: each
+        query's (`query_features.features_table`), for routing by rule."""
         parts, self.parts = self.parts, []  # kept past the run's end, they would sit under the report (0.1 GB)
         names, obj, constraints = self.names, self.config.objective, self.config.constraints
         slice_rows, settings = pl.concat([p.slices for p in parts]), pl.concat([p.knobs for p in parts])
@@ -107,6 +108,6 @@ class Accumulator:
         verdicts = choose_best(means, self.baseline, objective, constraints, self.slices)
         cv = None if folds is None else cross_validate(folds, rows_of, self.baseline, objective, constraints)
         routes, kept = ((None, None) if folds is None else
-                        (route(folds, rows_of, self.baseline, objective, constraints, fixed)
+                        (route(folds, rows_of, self.baseline, objective, constraints, fixed, features)
                          for fixed in (None, self.baseline)))
         return Decided(slice_rows, settings, verdicts, cv, routes, kept, [p.tally for p in parts], noise)

@@ -18,24 +18,26 @@ The held-out gain of routing is measured by nested cross-validation on the same 
 estimate (`rqsweep.decide.cross_validation`): each outer fold's routing (global choice, candidates and guard, whose inner
 folds are the other outer folds) is chosen without the fold's queries and scores them. No search is repeated:
 every choice reads the per-(setting, fold, slice) sums of the evaluated grid, and only the few settings the
-folds apply are read back query by query.
+folds apply are read back query by query. Given each query's features, the same choices (`decide.choices`) and
+folds also choose and validate routing by rule, for a caller that knows no slice (`decide.rules`): routing.json's
+`rules`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
 from rqsweep.config import Constraint
-from rqsweep.decide.constraints import best_feasible, constraint_checks
+from rqsweep.decide.choices import Chooser
+from rqsweep.decide.rules import Rules, learn
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 from rqsweep.decide.significance import ALPHA, ROUNDS, paired_test
-from rqsweep.decide.cross_validation import FoldSums, Rule, matrices
+from rqsweep.decide.cross_validation import FoldSums, matrices
 
 GUARD = ("a slice leaves the global setting only when its own choice, made again without each fold that holds its "
          "queries, beats the global choice made without that fold on the fold's queries of the slice in a strict "
@@ -82,6 +84,7 @@ class Routing:
     rerouted: np.ndarray  # per query: its fold's routing sent its slice elsewhere than the fold's global setting
     unsettled: np.ndarray  # per query: numerically sensitive at the baseline, its fold's global or its route
     groups: np.ndarray | None  # per query, the group the intervals resample whole (`FoldSums.group_of`); None: alone
+    rules: Rules | None = None  # routing by a rule on the query's features (given the features), on the same folds
 
     def groups_of(self, members: np.ndarray) -> np.ndarray | None:
         return None if self.groups is None else self.groups[members]
@@ -111,7 +114,7 @@ class Routing:
                            "routing_gain": _interval(self.routed_values[m] - self.baseline_values[m], g),
                            "routing_over_global": _interval(self.routed_values[m] - self.global_values[m], g)}
         metric, objective_slice = self.objective
-        return {
+        out = {
             "rqsweep_routing": ROUTING_FORMAT, "run_id": run_id,
             "objective": {"metric": metric, "slice": objective_slice}, "baseline": self.baseline,
             "global": {"setting_id": self.global_setting, "request": Knobs.from_id(self.global_setting).request()},
@@ -126,16 +129,21 @@ class Routing:
                          "bootstrap_resamples": ROUNDS, "fold_globals": list(self.fold_globals),
                          "fold_routes": [dict(r) for r in self.fold_routes], "slices": held_out},
         }
+        if self.rules is not None:
+            out["rules"] = {**self.rules.record(), "held_out": self._rules_held_out()}
+        return out
 
-
-def _fold_sum(a: np.ndarray, folds: tuple[int, ...]) -> np.ndarray:
-    """The sum over `folds` of a fold-first array, added one fold after another in their order: the bits numpy
-    gives `FoldSums`' arrays summed over those folds, for two settings or more (`tests/test_routing.py` ties the
-    two; a lone setting's choices do not depend on its sums)."""
-    total = np.zeros(a.shape[1:], a.dtype)  # counts fit their int32: they are at most the queries
-    for f in folds:
-        total += a[f]
-    return total
+    def _rules_held_out(self) -> dict:
+        """Per slice and overall, the rule routing's held-out mean and its gains over the baseline and the global
+        setting, on the queries whose three searches succeeded."""
+        out = {}
+        for s in [*self.routes, OVERALL]:
+            m = self.members(s) & self.rules.ok
+            g = self.groups_of(m)
+            out[s] = {"queries": int(m.sum()), "rules": float(self.rules.values[m].mean()) if m.any() else None,
+                      "rules_gain": _interval(self.rules.values[m] - self.baseline_values[m], g),
+                      "rules_over_global": _interval(self.rules.values[m] - self.global_values[m], g)}
+        return out
 
 
 def _interval(d: np.ndarray, groups: np.ndarray | None) -> dict:
@@ -143,84 +151,40 @@ def _interval(d: np.ndarray, groups: np.ndarray | None) -> dict:
     return {"mean": test.mean_difference, "ci": [test.ci_low, test.ci_high], "p_value": test.p_value}
 
 
-class _Chooser:
-    """Choices on a part of the folds, from the fold sums: the global setting and each slice's own."""
-
-    def __init__(self, sums: FoldSums, baseline: str, objective: tuple[str, str], constraints: Sequence[Constraint],
-                 fixed_global: str | None = None):
-        total, successes, failures = sums.arrays()
-        # Only the metrics a choice reads (the objective's first, then the constraints'), each array fold first:
-        # a part of the folds is then added up from contiguous blocks.
-        metrics = list(dict.fromkeys([objective[0], *(c.metric for c in constraints)]))
-        self.total = np.ascontiguousarray(np.moveaxis(total[[sums.metrics.index(m) for m in metrics]], 2, 0))
-        self.successes, self.failures = (np.ascontiguousarray(np.moveaxis(a, 1, 0)) for a in (successes, failures))
-        self.members, self.slices = sums.members, sums.slices
-        self.baseline, self.objective, self.constraints = baseline, objective, list(constraints)
-        self.rule = Rule(sums.settings, baseline, objective, constraints, sums.slices, metrics)
-        self.settings, self.fixed_global = sums.settings, fixed_global
-        self.index = {sid: i for i, sid in enumerate(sums.settings)}
-        self.choose = lru_cache(maxsize=None)(self._choose)
-
-    def _choose(self, folds: tuple[int, ...]) -> tuple[str, dict[str, str]]:
-        means = self.rule.means(*(_fold_sum(a, folds) for a in (self.total, self.successes, self.failures)))
-        checked = [s for s, n in zip(self.slices, self.members[list(folds)].sum(axis=0)) if n]
-        # `choose_best` on `checked` for the global setting, and on one slice under the constraints covering it
-        # for that slice's own best: each constraint on each slice is checked once for all of them.
-        checks = [(s, v > 0) for _, s, v in constraint_checks(means, self.baseline, self.constraints, checked)]
-        incomplete = means.errors > 0
-
-        def best(slice_: str, on: Callable[[str], bool]) -> str | None:
-            score = means.values[:, means.slices.index(slice_), 0]
-            violated = np.logical_or.reduce([incomplete, *(v for s, v in checks if on(s))])
-            return best_feasible(self.settings, self.baseline, score, ~violated)
-
-        chosen = self.fixed_global or best(self.objective[1], lambda _: True) or self.baseline
-        own = {}
-        for s in checked:
-            mine = best(s, lambda t: t == s)
-            values = means.values[:, means.slices.index(s), 0]
-            at_global = values[self.index[chosen]]
-            beats = mine is not None and values[self.index[mine]] > (-np.inf if np.isnan(at_global) else at_global)
-            own[s] = mine if beats else chosen
-        return chosen, own
-
-    def mean(self, setting: str, fold: int, slice_: int) -> float | None:
-        i = self.index[setting]
-        n = self.successes[fold, i, slice_]
-        return float(self.total[fold, 0, i, slice_] / n) if n else None
-
-    def guarded(self, folds: tuple[int, ...]) -> tuple[str, dict[str, Route]]:
-        """The routing chosen on `folds`: the global setting, and each slice's route after the guard, whose
-        folds are `folds` themselves (each left out in turn)."""
-        chosen, own = self.choose(folds)
-        routes = {}
-        for s, candidate in own.items():
-            if candidate == chosen:
-                routes[s] = Route(chosen, chosen, False, 0, 0, None)
+def _guarded(chooser: Chooser, folds: tuple[int, ...]) -> tuple[str, dict[str, Route]]:
+    """The routing chosen on `folds`: the global setting, and each slice's route after the guard, whose
+    folds are `folds` themselves (each left out in turn)."""
+    chosen, own = chooser.choose(folds)
+    routes = {}
+    for s, candidate in own.items():
+        if candidate == chosen:
+            routes[s] = Route(chosen, chosen, False, 0, 0, None)
+            continue
+        k = chooser.slices.index(s)
+        won = compared = queries = 0
+        gained = 0.0
+        for h in folds:
+            if not chooser.members[h, k]:
                 continue
-            k = self.slices.index(s)
-            won = compared = queries = 0
-            gained = 0.0
-            for h in folds:
-                if not self.members[h, k]:
-                    continue
-                inner_global, inner_own = self.choose(tuple(x for x in folds if x != h))
-                compared += 1
-                mine, theirs = self.mean(inner_own.get(s, inner_global), h, k), self.mean(inner_global, h, k)
-                if mine is not None and theirs is not None:
-                    won += mine > theirs
-                    gained += (mine - theirs) * self.members[h, k]
-                    queries += self.members[h, k]
-            # Plain Python values: numpy's bool_ would reach routing.json as the string "True" or "False".
-            gain = float(gained / queries) if queries else None
-            routed = bool(compared > 0 and 2 * won > compared and gain is not None and gain > 0)
-            routes[s] = Route(candidate if routed else chosen, candidate, routed, won, compared, gain)
-        return chosen, routes
+            inner_global, inner_own = chooser.choose(tuple(x for x in folds if x != h))
+            compared += 1
+            mine, theirs = chooser.mean(inner_own.get(s, inner_global), h, k), chooser.mean(inner_global, h, k)
+            if mine is not None and theirs is not None:
+                won += mine > theirs
+                gained += (mine - theirs) * chooser.members[h, k]
+                queries += chooser.members[h, k]
+        # Plain Python values: numpy's bool_ would reach routing.json as the string "True" or "False".
+        gain = float(gained / queries) if queries else None
+        routed = bool(compared > 0 and 2 * won > compared and gain is not None and gain > 0)
+        routes[s] = Route(candidate if routed else chosen, candidate, routed, won, compared, gain)
+    return chosen, routes
 
 
 def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline: str, objective: tuple[str, str],
-          constraints: Sequence[Constraint], fixed_global: str | None = None) -> Routing | None:
-    """The routing table chosen on all queries, and its held-out figures by nested cross-validation.
+          constraints: Sequence[Constraint], fixed_global: str | None = None,
+          features: pl.DataFrame | None = None) -> Routing | None:
+    """The routing table chosen on all queries, and its held-out figures by nested cross-validation; with
+    `features` (`query_features.features_table`), the rule on them too (`rules.learn`), on the same folds.
 
     `sums` and `rows_of` are those of `validation.cross_validate` (the same folds). With `fixed_global` (the
     baseline, when the verdict keeps it), every choice of the global setting is that one, so each slice's guard
@@ -228,10 +192,10 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     """
     if sums.folds < 2:
         return None
-    chooser = _Chooser(sums, baseline, objective, constraints, fixed_global)
+    chooser = Chooser(sums, baseline, objective, constraints, fixed_global)
     everything = tuple(range(sums.folds))
-    global_setting, routes = chooser.guarded(everything)
-    outer = [chooser.guarded(tuple(x for x in everything if x != f)) for f in everything]
+    global_setting, routes = _guarded(chooser, everything)
+    outer = [_guarded(chooser, tuple(x for x in everything if x != f)) for f in everything]
     fold_globals = tuple(g for g, _ in outer)
     fold_routes = tuple({s: r.setting for s, r in routes_f.items()} for _, routes_f in outer)
 
@@ -253,4 +217,5 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
                    list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
                    values[0, routed_at, columns], paired, routed_at != global_at,
                    sensitive[base_at, columns] | sensitive[global_at, columns] | sensitive[routed_at, columns],
-                   sums.group_of)
+                   sums.group_of, None if features is None else
+                   learn(chooser, features, list(sums.query_ids), sums.fold, sums.slice_of, rows_of))

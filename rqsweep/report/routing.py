@@ -46,7 +46,24 @@ def summary_lines(data: dict, metric_label: str) -> list[str]:
         setting = Knobs.from_id(r["setting_id"]).label() + ("" if r["routed"] else " (global)")
         lines.append(f"  {s:<16}{h['queries']:>8}  {setting:<52}{guard:>8}  "
                      f"{_signed(h['global_gain']['mean']):>9}  {_signed(h['routing_gain']['mean']):>9}")
-    return lines
+    return lines + rules_lines(data, metric_label)
+
+
+def rules_lines(data: dict, metric_label: str) -> list[str]:
+    """The console's two lines of routing by rule (routing.json's `rules`): its held-out gain beside slice routing's
+    and the global setting's, each slice's, and the rule in words; none without rules."""
+    rules = data.get("rules")
+    if rules is None:
+        return []
+    held_out, overall = rules["held_out"], data["held_out"]["slices"][OVERALL]
+    by_slice = ", ".join(f"{s} {_signed(h['rules_gain']['mean'])}" for s, h in held_out.items() if s != OVERALL)
+    cost = rules["cost_searches"]
+    return [f"Rule routing held-out gain (for a caller that knows no slice; nested {data['held_out']['folds']}-fold "
+            f"CV): overall {metric_label} {_with_ci(held_out[OVERALL]['rules_gain'])} vs slice routing's "
+            f"{_with_ci(overall['routing_gain'])} and the global setting's {_with_ci(overall['global_gain'])}; "
+            f"by slice: {by_slice}",
+            f"  {rules['sentence']} ({cost} extra search{'' if cost == 1 else 'es'} per query; routing.json's rules, "
+            f"`rqsweep route RUN_DIR QUERY`)"]
 
 
 def _guard_words(route: dict) -> str:
@@ -85,6 +102,41 @@ def routing_blocks(run: RunFolder, metric_label: str) -> list[Block]:
                          "rewrite it") from None
 
 
+def rules_table(data: dict) -> pl.DataFrame:
+    """Per slice and overall: the held-out gains over the baseline of the global setting, slice routing and rule
+    routing side by side, the rule's with its interval, and the rule's over the global setting's."""
+    rows = []
+    for s, r in data["rules"]["held_out"].items():
+        h = data["held_out"]["slices"][s]
+        rows.append({"slice": s, "queries": r["queries"], "Δ held-out global": h["global_gain"]["mean"],
+                     "Δ held-out slice routing": h["routing_gain"]["mean"],
+                     "Δ held-out rules": r["rules_gain"]["mean"],
+                     "CI rules": _ci(r["rules_gain"]), "Δ rules − global": r["rules_over_global"]["mean"],
+                     "CI rules − global": _ci(r["rules_over_global"])})
+    return pl.DataFrame(rows)
+
+
+def _rules_section(data: dict, metric_label: str) -> list[Block]:
+    rules = data.get("rules")
+    if rules is None:
+        return []
+    cost = rules["cost_searches"]
+    return [Heading("One setting per query by rule (routing without the slice)"), Paragraph(
+        f"{rules_lines(data, metric_label)[0]}. A caller rarely knows a query's slice; a rule on what it can compute "
+        f"of the query (its text, and optionally one default search's results, which costs a second search) needs "
+        f"none. The rule: {rules['sentence']} It costs {cost} extra search{'' if cost == 1 else 'es'} per query. "
+        f"It is one threshold on one feature, each side sent the global setting or a slice's own best, chosen as "
+        f"the feasible one of highest {metric_label} under every constraint on every slice (a rule that costs a "
+        f"slice past its constraint is out); the guard: {rules['guard']}. Held out as slice routing is: each fold's "
+        f"rule, guard included, is chosen without its queries, which it then scores. {ROUTING}'s `rules` holds the "
+        f"features, the threshold and each side's request fields; docs/routing-rules.md applies them in Python and "
+        f"TypeScript."),
+        Table(rules_table(data), note=(
+            f"Δ: held-out {metric_label} minus the baseline's on the same queries. Each slice's Δ held-out rules is "
+            f"its cost (or gain) under the rule, for a caller that knows no slice. CI: "
+            f"{data['held_out']['confidence']:.0%} percentile bootstrap interval, {ROUNDS:,} resamples."))]
+
+
 def _routing_section(data: dict, metric_label: str) -> list[Block]:
     folds = data["held_out"]["folds"]
     return [Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
@@ -98,4 +150,4 @@ def _routing_section(data: dict, metric_label: str) -> list[Block]:
             f"Δ: held-out {metric_label} minus the baseline's on the same queries; global: every query scored by "
             f"the global setting its fold chose; routing: by the setting its fold's routing gave its slice. CI: "
             f"{data['held_out']['confidence']:.0%} percentile bootstrap interval over the held-out queries, "
-            f"{ROUNDS:,} resamples."))]
+            f"{ROUNDS:,} resamples.")), *_rules_section(data, metric_label)]
