@@ -191,7 +191,7 @@ def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):
         "kind": "embedded", "embedder": {"kind": "ollama", "model": "nomic-embed-text"}})
     with pytest.raises(InputError) as caught:
         job.run(path, quiet=True)
-    assert caught.value.where == "workers.corpus_shards" and "feature-hash or local" in caught.value.problem
+    assert caught.value.where == "workers.corpus_shards" and "feature-hash, local or onnx" in caught.value.problem
 
 
 def test_corpus_shards_over_http_are_exit_2(tmp_path):

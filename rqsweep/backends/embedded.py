@@ -25,6 +25,7 @@ from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, Feat
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described, numerics_of,
                                   precision_of, with_numerics)
 from rqsweep.engine.embed.local import installed_models, resolve_model
+from rqsweep.engine.embed.onnx import OnnxEmbedder, installed_onnx_models
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
 from rqsweep.errors import InputError
@@ -191,9 +192,17 @@ def _local(e: EmbedderConfig, log: Callable[[str], None]) -> LocalEmbedder:
     return LocalEmbedder(model, e.prefixes, e.threads, e.batch_size, log)
 
 
+def _onnx(e: EmbedderConfig, log: Callable[[str], None]) -> OnnxEmbedder:
+    models = installed_onnx_models()
+    if e.model not in models:  # inputs.py checks first, naming the config; a config built in code meets this
+        raise EmbeddingError(f"onnx model {e.model!r}: no such model installed ({', '.join(models) or 'none'})")
+    return OnnxEmbedder(models[e.model], e.threads or 1, log)
+
+
 EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]] = {
     "feature-hash": lambda e, log: FeatureHashEmbedder(e.dimensions),
     "local": _local,
+    "onnx": _onnx,
     "openai": lambda e, log: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
                                        dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout,
                                        limits=_limits(e)),
@@ -235,9 +244,9 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     started = time.monotonic()
     engine = config.backend
     workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
-    if workers.corpus_shards and engine.embedder.kind not in ("feature-hash", "local"):
+    if workers.corpus_shards and engine.embedder.kind not in ("feature-hash", "local", "onnx"):
         raise InputError(config.path, "workers.corpus_shards", f"{workers.corpus_shards}: needs an embedder the "
-                         f"workers run themselves (feature-hash or local), not {engine.embedder.kind}: a remote "
+                         f"workers run themselves (feature-hash, local or onnx), not {engine.embedder.kind}: a remote "
                          "provider's limits hold for the whole run only when the coordinator embeds")
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:

@@ -19,17 +19,18 @@ from rqsweep.errors import InputError
 
 @dataclass(frozen=True)
 class EmbedderConfig:
-    kind: Literal["feature-hash", "local", "openai", "ollama"] = "local"
+    kind: Literal["feature-hash", "local", "onnx", "openai", "ollama"] = "local"
     dimensions: int | None = None
     base_url: str | None = None
-    model: str | None = "multilingual-e5-small"  # local: a model's name, or a weights file (from the config's folder)
+    # local: a model's name, or a weights file (from the config's folder); onnx: a model's name
+    model: str | None = "multilingual-e5-small"
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 32
     timeout: float = 30.0
     max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
     requests_per_second: float | None = None
     prefixes: str = "query"  # local e5 models: the prefix texts and queries carry (engine/embed/local.py)
-    threads: int | None = None  # local: the engine's threads (None: every core)
+    threads: int | None = None  # local: the engine's threads (None: every core); onnx: None is one thread
 
 
 @dataclass(frozen=True)
@@ -92,21 +93,25 @@ def default_label(e: EmbedderConfig) -> str:
     `openai-text-embedding-3-small`."""
     if e.kind == "feature-hash":
         return f"feature-hash-{e.dimensions}"
-    name = Path(e.model).stem if e.kind == "local" else f"{e.kind}-{e.model}"
+    name = Path(e.model).stem if e.kind in ("local", "onnx") else f"{e.kind}-{e.model}"
     suffix = f"-{e.prefixes}" if e.kind == "local" and e.prefixes != "query" else ""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name + suffix)
 
 
+_DEFAULT_MODELS = {"local": "multilingual-e5-small", "onnx": "all-MiniLM-L6-v2"}
+
+
 def _embedder(emb: Section) -> EmbedderConfig:
-    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "local")
-    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
+    kind = emb.choice("kind", ("feature-hash", "local", "onnx", "openai", "ollama"), "local")
+    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size"),
+                                "onnx": ("model", "threads")}.get(
         kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
                "requests_per_second")))
     rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
     embedder = EmbedderConfig(
         kind=kind,
         dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
-        base_url=emb.url("base_url"), model=emb.get("model", str, "multilingual-e5-small" if kind == "local" else None),
+        base_url=emb.url("base_url"), model=emb.get("model", str, _DEFAULT_MODELS.get(kind)),
         api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
         batch_size=emb.get("batch_size", int, 32 if kind == "local" else 64, lambda v: v >= 1, "must be >= 1"),
         timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
