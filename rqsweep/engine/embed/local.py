@@ -162,7 +162,8 @@ def _check_loadable(model: LocalModel) -> None:
 
 
 class LocalEmbedder:
-    """Embeds with `model` in this process, `batch_size` texts per call into the engine on `threads` threads.
+    """Embeds with `model` in this process, `batch_size` texts per call into the engine on `threads` threads (None:
+    OpenMP's default, every core; 1 by default, since a second thread costs more CPU than it saves wall time).
 
     `role` is the prefix these vectors carry (`query` or `passage`); `queries` is the embedder for search queries,
     which differs only under `prefixes: query-passage`. The identity names the runtime's version, the weights'
@@ -174,7 +175,7 @@ class LocalEmbedder:
 
     dimensions = 384
 
-    def __init__(self, model: LocalModel, prefixes: str = "query", threads: int | None = None,
+    def __init__(self, model: LocalModel, prefixes: str = "query", threads: int | None = 1,
                  batch_size: int = 32, log: Callable[[str], None] = lambda _: None) -> None:
         if prefixes not in PREFIXES:
             raise ValueError(f"prefixes must be one of {', '.join(PREFIXES)}, got {prefixes!r}")
