@@ -16,6 +16,10 @@ floor, how it scales over processes, the handbook job's cost, and what each make
 4. Quality: per embedder, the handbook job's baseline MRR (overall and per slice), its best feasible setting,
    whether the former recommendation k2_m0.2_h365.0 is still feasible, and the held-out gain of the global
    tuning (5-fold cross-validation).
+5. The dry run's estimate of the embedding phase against the phase measured, on a synthetic corpus of `--corpus`
+   1,000-character documents (the handbook's sentences, shuffled): `rqsweep CONFIG --dry-run` in a fresh process
+   (its estimate from 8 texts), then the phase's CPU per chunk measured on `--phase-sample` of the corpus's chunks
+   in another, times the chunks to embed.
 """
 
 from __future__ import annotations
@@ -269,19 +273,96 @@ def quality(tmp: Path) -> None:
     show(pl.DataFrame(rows))
 
 
+MEASURE_PHASE = """
+import json, random, sys, time
+from rqsweep.backends.embedded import EMBEDDERS
+from rqsweep.backends.embedded_config import EmbedderConfig
+config = EmbedderConfig(**json.loads(sys.argv[1]))
+texts = [json.loads(line)["content"] for line in open(sys.argv[2])]
+sample = random.Random(7).sample(texts, int(sys.argv[3]))
+embedder = EMBEDDERS[config.kind](config, lambda _: None)
+embedder.embed(["load"])
+started = time.process_time()
+embedder.embed(sample)
+print(json.dumps({"cpu_per_chunk": (time.process_time() - started) / len(sample)}))
+"""
+
+
+def synthetic_corpus(folder: Path, n_documents: int) -> Path:
+    """`n_documents` documents of at most 1,000 characters, each the handbook's sentences drawn at random."""
+    import random
+    import re
+
+    from rqsweep.corpus import load_corpus
+
+    corpus = load_corpus(ROOT / "configs" / "handbook" / "corpus.yaml")
+    sentences = [s for d in corpus.documents for s in re.split(r"(?<=[.!?])\s+", d.content) if len(s) > 20]
+    rng = random.Random(3)
+    path = folder / "corpus.jsonl"
+    with path.open("w") as out:
+        for i in range(n_documents):
+            text = ""
+            while len(text) < 950:
+                text += rng.choice(sentences) + " "
+            out.write(json.dumps({"key": f"doc-{i}", "content": text[:1000].strip()}) + "\n")
+    return path
+
+
+def estimate_against_phase(n_documents: int, sample: int, tmp: Path) -> None:
+    print(f"5. The dry run's estimate against the phase measured: {n_documents:,} synthetic documents of 1,000 "
+          f"characters, one chunk each (chunking: whole), the phase measured on {sample} of them")
+    folder = tmp / "estimate"
+    folder.mkdir()
+    corpus = synthetic_corpus(folder, n_documents)
+    golden = [{"id": f"q{i}", "slice": "s", "query": q, "expected": "doc-0"}
+              for i, q in enumerate(["who approves expenses", "vpn certificate expired", "on-call handover"])]
+    (folder / "golden.yaml").write_text(yaml.safe_dump(golden))
+    rows, lines = [], []
+    for name, (embedder, shape) in MODELS.items():
+        if shape is None:
+            continue
+        config = yaml.safe_load(CONFIG.read_text())
+        config.update(corpus=str(corpus), golden=str(folder / "golden.yaml"), output_dir=str(folder / "runs"))
+        config["backend"] = {"kind": "embedded", "embedder": embedder, "chunking": {"strategy": "whole"}}
+        path = folder / f"{embedder['kind']}.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        cpu, wall, done = measured([sys.executable, "-m", "rqsweep.cli", str(path), "--dry-run"], cwd=ROOT,
+                                   env=one_thread_env())
+        line = next(line for line in done.stdout.splitlines() if line.startswith("embedding: "))
+        lines.append(f"   {name}: {line}")
+        to_embed = int(line.split(" of ")[0].removeprefix("embedding: ").replace(",", ""))
+        per_text = float(line.split(" ms of CPU per text")[0].rsplit("; ", 1)[1].replace(",", "")) / 1000
+        phase = subprocess.run([sys.executable, "-c", MEASURE_PHASE, json.dumps(embedder), str(corpus), str(sample)],
+                               capture_output=True, text=True, check=True, cwd=ROOT, env=one_thread_env())
+        measured_per_chunk = json.loads(phase.stdout)["cpu_per_chunk"]
+        rows.append({"model and runtime": name, "chunks to embed": to_embed,
+                     "estimate, CPU-h": round(to_embed * per_text / 3600, 2),
+                     "measured phase, CPU-h": round(to_embed * measured_per_chunk / 3600, 2),
+                     "estimate / measured": round(per_text / measured_per_chunk, 3),
+                     "dry run's own CPU, s": round(cpu, 1)})
+    show(pl.DataFrame(rows))
+    print("   the dry runs' lines:", *lines, sep="\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--chunks", type=int, default=24, help="the handbook's 1,000-character chunks to embed (at most 61)")
     p.add_argument("--skip-job", action="store_true")
     p.add_argument("--skip-quality", action="store_true")
+    p.add_argument("--corpus", type=int, default=100_000, help="synthetic documents for the estimate (0: skip it)")
+    p.add_argument("--phase-sample", type=int, default=200, help="chunks the phase is measured on")
+    p.add_argument("--only-estimate", action="store_true", help="part 5 alone")
     args = p.parse_args()
-    costs(args.rounds, args.chunks)
     with tempfile.TemporaryDirectory() as tmp:
-        if not args.skip_job:
-            fresh_job(args.rounds, Path(tmp))
-        if not args.skip_quality:
-            quality(Path(tmp))
+        if not args.only_estimate:
+            costs(args.rounds, args.chunks)
+            if not args.skip_job:
+                fresh_job(args.rounds, Path(tmp))
+            if not args.skip_quality:
+                quality(Path(tmp))
+        if args.corpus:
+            estimate_against_phase(args.corpus, args.phase_sample, Path(tmp))
 
 
 if __name__ == "__main__":

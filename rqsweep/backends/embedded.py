@@ -15,6 +15,7 @@ import polars as pl
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.candidate_blocks import CandidateBlocks
+from rqsweep.backends.embed_estimate import embedding_processes, estimate
 from rqsweep.backends.embedded_config import EmbeddedConfig, EmbedderConfig
 from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
 from rqsweep.config import JobConfig, WorkersConfig
@@ -251,6 +252,9 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:
         embedder = build_embedder(engine, cluster, log)
+        if engine.embedder.kind in ("local", "onnx"):  # a model: the phase is worth planning (its sample is cached)
+            log(estimate(engine, corpus, [q.query for q in golden.queries], embedder,
+                         embedding_processes(workers)).line())
         if workers.corpus_shards:  # built on the workers, each reading the index cache on its own disk
             from rqsweep.backends.dask_corpus import ShardedIndex
 

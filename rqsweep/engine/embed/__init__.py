@@ -8,7 +8,7 @@ from rqsweep.engine.embed.feature_hash import FeatureHashEmbedder, fnv1a32, js_l
 from rqsweep.engine.embed.local import LocalEmbedder
 from rqsweep.engine.embed.onnx import OnnxEmbedder
 from rqsweep.engine.embed.protocol import (Embedder, EmbeddingError, described, numerics_of, precision_of,
-                                           to_pgvector_float32, with_numerics)
+                                           texts_per_step, to_pgvector_float32, with_numerics)
 from rqsweep.engine.embed.remote import OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "fnv1a32",
     "js_lower",
     "tokens",
+    "texts_per_step",
     "to_pgvector_float32",
     "with_numerics",
 ]

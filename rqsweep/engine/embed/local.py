@@ -192,6 +192,10 @@ class LocalEmbedder:
     precision = PRECISION
 
     @property
+    def texts_per_step(self) -> int:
+        return self.batch_size
+
+    @property
     def numerics(self) -> str:
         return platform_numerics()
 

@@ -82,6 +82,7 @@ class OnnxEmbedder:
     pickled (a copy sent to another process loads its own)."""
 
     precision = PRECISION
+    texts_per_step = 32  # a few seconds of a core: the progress moves
 
     def __init__(self, model: OnnxModel, threads: int | None = 1, log: Callable[[str], None] = lambda _: None) -> None:
         if threads is not None and threads < 1:
