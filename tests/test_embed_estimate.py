@@ -43,9 +43,10 @@ def test_a_provider_s_phase_is_counted_not_timed():
     assert made.line().endswith("3 queries; not timed here: a provider embeds them")
 
 
-@pytest.mark.parametrize("workers, processes", [(WorkersConfig(n=4), 1), (WorkersConfig("dask", 4, corpus_shards=2), 2),
+@pytest.mark.parametrize("workers, processes", [(WorkersConfig(n=1), 1), (WorkersConfig(n=4), 4),
+                                                (WorkersConfig("dask", 4), 1), (WorkersConfig("dask", 4, corpus_shards=2), 2),
                                                 (WorkersConfig("dask", 2, corpus_shards=8), 2)])
-def test_the_rows_embed_in_this_process_or_on_the_corpus_shards_workers(workers, processes):
+def test_the_rows_embed_on_the_loky_workers_or_the_corpus_shards_workers(workers, processes):
     assert embedding_processes(workers) == processes
 
 
@@ -122,3 +123,27 @@ def test_a_model_s_progress_moves_every_few_texts_within_a_portion(later, monkey
 def test_the_vector_cache_steps_as_its_model_does(tmp_path):
     onnx = EmbedderConfig(kind="onnx", model="all-MiniLM-L6-v2")
     assert build_embedder(EmbeddedConfig(cache_dir=tmp_path, embedders=(("m", onnx),))).texts_per_step == 32
+
+
+def test_a_model_embeds_over_the_loky_workers_with_the_vectors_of_one_process(tmp_path):
+    from rqsweep.engine.embed import OnnxEmbedder
+    from rqsweep.engine.embed.onnx import installed_onnx_models
+    from rqsweep.engine.embed.processes import ProcessEmbedder
+    from tests.test_embed_local import TEXTS
+
+    model = OnnxEmbedder(installed_onnx_models()["all-MiniLM-L6-v2"])
+    spread = ProcessEmbedder(model, 2)
+    assert np.array_equal(spread.embed(TEXTS), model.embed(TEXTS))
+    assert spread.queries is spread and spread.texts_per_step == 64 and spread.identity == model.identity
+    onnx = EmbedderConfig(kind="onnx", model="all-MiniLM-L6-v2")
+    config = EmbeddedConfig(cache_dir=tmp_path, embedders=(("m", onnx),))
+    built = build_embedder(config, processes=2)
+    assert isinstance(built.inner, ProcessEmbedder) and built.key.startswith(model.identity)
+    assert not isinstance(build_embedder(config, processes=1).inner, ProcessEmbedder)
+
+
+def test_a_run_on_two_loky_workers_ranks_as_one_process_does(tmp_path):
+    backend = {"kind": "embedded", "embedder": {"kind": "onnx"}}
+    one = job.run(write_job(tmp_path / "one", GRID, constraints=[], backend=backend), quiet=True)
+    two = job.run(write_job(tmp_path / "two", GRID, constraints=[], backend=backend, workers=2), quiet=True)
+    assert one.grid.drop("run_id", "config_sha256").equals(two.grid.drop("run_id", "config_sha256"))

@@ -117,10 +117,12 @@ class _Joined(Sequence[str]):
 
 
 def embedding_processes(workers: WorkersConfig) -> int:
-    """The processes that embed the rows: a Dask run's corpus shards' workers, else this one."""
-    if not workers.corpus_shards:
-        return 1
-    return min(workers.corpus_shards, workers.n if workers.n > 0 else os.cpu_count() or 1)
+    """The processes that embed a model's rows: a Dask run's corpus shards' workers, or the loky workers, or this
+    one."""
+    n = workers.n if workers.n > 0 else os.cpu_count() or 1
+    if workers.corpus_shards:
+        return min(workers.corpus_shards, n)
+    return n if workers.backend == "loky" else 1
 
 
 def _spread(texts: Sequence[str]) -> list[str]:
