@@ -147,3 +147,11 @@ def test_a_run_on_two_loky_workers_ranks_as_one_process_does(tmp_path):
     one = job.run(write_job(tmp_path / "one", GRID, constraints=[], backend=backend), quiet=True)
     two = job.run(write_job(tmp_path / "two", GRID, constraints=[], backend=backend, workers=2), quiet=True)
     assert one.grid.drop("run_id", "config_sha256").equals(two.grid.drop("run_id", "config_sha256"))
+
+
+def test_dry_run_spreads_only_a_model_over_the_loky_workers(tmp_path):
+    backend = {"kind": "embedded", "embedder": [HASH | {"label": "hash"}, {"kind": "onnx", "label": "minilm"}]}
+    said = dry_run(write_job(tmp_path, GRID, constraints=[], backend=backend, workers=2)).splitlines()
+    at = next(i for i, line in enumerate(said) if line.startswith("embedders: "))
+    assert said[at + 1].startswith("hash: embedding: ") and said[at + 1].endswith(" on 1 process")
+    assert said[at + 2].startswith("minilm: embedding: ") and said[at + 2].endswith(" on 2 processes")

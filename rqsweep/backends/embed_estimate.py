@@ -74,8 +74,8 @@ def _duration(seconds: float) -> str:
 def estimate(config: EmbeddedConfig, corpus: Corpus, queries: Sequence[str], embedder: Embedder,
              processes: int = 1, timed: bool = True) -> EmbeddingEstimate:
     """The phase's estimate: the rows the caches of `config.cache_dir` do not hold, and (with `timed`) the CPU of
-    `embedder` (the model, not its cache) per text and per query on a sample of the texts left to embed. The caches
-    are read, never written."""
+    `embedder` per text and per query on a sample of the texts left to embed: a model in this process, or behind a
+    vector cache that then keeps the sample. The estimate itself reads the caches and never writes them."""
     counts, contents = chunk_contents(corpus.documents, config.chunking)
     memories = corpus.memories.contents
     total = len(contents) + len(memories)
