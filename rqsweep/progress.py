@@ -41,17 +41,18 @@ class Progress:
         now = time.monotonic()
         elapsed = now - self.start
         shown = self.done + min(int(self.within), max(self.total - self.done, 0))
+        pace = _pace(shown, self.total, elapsed, self.unit)
         if self.tty:
             width = 30
             filled = int(width * shown / max(self.total, 1))
             self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] "
-                              f"{shown}/{self.total} {elapsed:5.1f}s")
+                              f"{shown}/{self.total} {elapsed:5.1f}s{pace}\033[K")
             if self.done >= self.total:
                 self.stream.write("\n")
             self.stream.flush()
         elif (counted and self.done >= self.total) or now - self._last_log >= 5:
             self._last_log = now
-            print(f"{self.label}: {shown}/{self.total} {self.unit}, {elapsed:.1f}s", file=self.stream, flush=True)
+            print(f"{self.label}: {shown}/{self.total} {self.unit}, {elapsed:.1f}s{pace}", file=self.stream, flush=True)
 
     def phase(self, total: int, label: str, unit: str) -> Progress:
         """A progress of its own for a long phase of the command (its start, its scoring), shown as this one is."""
@@ -60,6 +61,15 @@ class Progress:
     def log(self, message: str) -> None:
         if not self.quiet:
             print(message, file=self.stream, flush=True)
+
+
+def _pace(shown: int, total: int, elapsed: float, unit: str) -> str:
+    """The rate so far, and the time left at that rate while work is left."""
+    if shown <= 0 or elapsed <= 0:
+        return ""
+    rate = shown / elapsed
+    left = f", {(total - shown) / rate:.0f}s left" if shown < total else ""
+    return f", {rate:,.1f} {unit}/s{left}"
 
 
 def silent_phase(total: int, label: str, unit: str) -> Progress:

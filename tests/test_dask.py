@@ -191,7 +191,7 @@ def test_corpus_shards_refuse_a_remote_embedder_with_exit_2(tmp_path):
         "kind": "embedded", "embedder": {"kind": "ollama", "model": "nomic-embed-text"}})
     with pytest.raises(InputError) as caught:
         job.run(path, quiet=True)
-    assert caught.value.where == "workers.corpus_shards" and "feature-hash or local" in caught.value.problem
+    assert caught.value.where == "workers.corpus_shards" and "feature-hash, local or onnx" in caught.value.problem
 
 
 def test_corpus_shards_over_http_are_exit_2(tmp_path):
@@ -379,7 +379,7 @@ def test_the_bar_moves_as_parts_of_a_batch_finish_and_the_batch_count_replaces_t
     bar.part(12.5)
     assert bar.stream.getvalue().split("\r")[-1].startswith("run [##########") and " 75/100 " in bar.stream.getvalue()
     bar(50)
-    assert bar.stream.getvalue().split("\r")[-1].split()[-2] == "100/100"
+    assert bar.stream.getvalue().split("\r")[-1].split()[2] == "100/100"  # then the time, the rate
 
 
 def test_a_dask_batch_advances_once_per_finished_shard(tmp_path):

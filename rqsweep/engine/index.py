@@ -17,7 +17,7 @@ from rqsweep.corpus.texts import sequence_equal
 from rqsweep.engine.batch import QueryPlan, plan_query
 from rqsweep.engine.channels import Candidate, Candidates, lexical_channels, merge_shards, vector_channels
 from rqsweep.engine.cosine import cosine_distance, squared_norms
-from rqsweep.engine.embed import Embedder
+from rqsweep.engine.embed import Embedder, texts_per_step
 from rqsweep.engine.fusion import fuse
 from rqsweep.engine.heap import release_freed
 from rqsweep.engine.index_cache import CachedRows, IndexCache, StoredParts
@@ -112,14 +112,16 @@ def _read_and_embed(embedder: Embedder, texts: Sequence[str], cached: CachedRows
             for counts, divisors in embedder.quarter_blocks(portion, runs):
                 vectors.put(_rows(fresh[at:at + len(counts)]), counts, divisors)
                 at += len(counts)
-        elif portion and made is not None:
-            vectors.put(_rows(fresh), embedder.embed(portion))
+        embedded = 0
+        if not quarters and portion and made is not None:
+            vectors.put(_rows(fresh), _in_steps(embedder, portion, made))
+            embedded = len(portion)
         del portion, runs
         if cached:
             new_groups = np.setdiff1d(np.arange(lo_group, hi_group), np.concatenate([[0], *found_groups])[1:])
             cached.store(new_groups, vectors.subset(_rows(fresh)), numbers, row_ends, stored)
         if made is not None:
-            made(hi - lo)
+            made(hi - lo - embedded)
     return vectors if quarters else None if made is None else vectors.finish(), lexical.finish()
 
 
@@ -129,9 +131,23 @@ def _embedded(embedder: Embedder, texts: Sequence[str], made: Callable[[int], No
     vectors = _ColumnMajor(len(texts))
     for lo in range(0, len(texts), _EMBED_PORTION):
         hi = min(lo + _EMBED_PORTION, len(texts))
-        vectors.put(slice(lo, hi), embedder.embed(texts[lo:hi]))
-        made(hi - lo)
+        vectors.put(slice(lo, hi), _in_steps(embedder, texts[lo:hi], made))
     return vectors.finish()
+
+
+def _in_steps(embedder: Embedder, texts: Sequence[str], made: Callable[[int], None]) -> np.ndarray:
+    """The vectors of `texts`, embedded `texts_per_step(embedder)` at a time (a model in this process: its progress
+    moves as it goes) or all at once (a provider's batches spread over its calls), `made(n)` told of each step."""
+    step = texts_per_step(embedder) or len(texts)
+    if step >= len(texts):
+        out = embedder.embed(texts)
+        made(len(texts))
+        return out
+    parts = []
+    for lo in range(0, len(texts), step):
+        parts.append(embedder.embed(texts[lo:lo + step]))
+        made(len(parts[-1]))
+    return np.concatenate(parts)
 
 
 def _read_back(cached: CachedRows, groups: range, stored: StoredParts, vectors: QuarterVectors | _ColumnMajor,

@@ -29,7 +29,7 @@ from rqsweep.config import Chunking
 from rqsweep.engine import runs
 from rqsweep.engine.runs import ranges
 from rqsweep.engine.cosine import squared_norms
-from rqsweep.engine.cache_file import CacheFile, cache_file_name, connect_wal
+from rqsweep.engine.cache_file import CacheFile, cache_file_name, connect_wal, stored_keys
 from rqsweep.engine.quarter_vectors import QuarterVectors
 from rqsweep.engine.tsearch import _unicode_data, chars, parser
 from rqsweep.engine.tsearch.parser import RunCache
@@ -243,6 +243,30 @@ def _fits(entry: BuiltRows, dimensions: int | None) -> bool:
     return entry.code == b"f" if dimensions is None else entry.code != b"f" and entry.dimensions == dimensions
 
 
+def _chunking_key(chunking: Chunking) -> str:
+    return f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
+
+
+def _document_key(chunking_key: str, content: str) -> bytes:
+    return hashlib.sha256((chunking_key + content).encode("utf-8", "surrogatepass")).digest()
+
+
+def _memory_key(content: str) -> bytes:
+    return hashlib.sha256(f"{_PARSER}\0memory\0{content}".encode("utf-8", "surrogatepass")).digest()
+
+
+def rows_found(cache_dir: Path, identity: str, chunking: Chunking, documents: list[str],
+               memories: list[str]) -> tuple[list[bool], list[bool]]:
+    """Which documents and which memories the index cache in `cache_dir` holds built for
+    the embedder `identity`, read without writing to it (an estimate's look)."""
+    chunking_key = _chunking_key(chunking)
+    document_keys = [_document_key(chunking_key, content) for content in documents]
+    memory_keys = [_memory_key(content) for content in memories]
+    found = stored_keys(Path(cache_dir) / "index" / cache_file_name(identity), "built", "key",
+                        document_keys + memory_keys)
+    return [key in found for key in document_keys], [key in found for key in memory_keys]
+
+
 class IndexCache:
     """Built rows in `cache_dir`/index, one SQLite file per embedder identity (WAL: several processes may share it).
 
@@ -255,16 +279,16 @@ class IndexCache:
     def __init__(self, cache_dir: Path, identity: str, chunking: Chunking,
                  warn: Callable[[str], None] = lambda _: None, max_mb: float | None = None) -> None:
         self.path = Path(cache_dir) / "index" / cache_file_name(identity)
-        self._chunking = f"{_PARSER}\0{chunking.strategy}\0{chunking.chunk_size}\0{chunking.chunk_overlap}\0"
+        self._chunking = _chunking_key(chunking)
         self.warn = warn
         self._max_bytes = round((DEFAULT_MAX_MB if max_mb is None else max_mb) * 1_000_000)  # int() would cut a bound of 2.01 MB to 2,009,999 bytes
         self.file = CacheFile(self.path, "index cache", self._create, warn)
 
     def document_key(self, content: str) -> bytes:
-        return hashlib.sha256((self._chunking + content).encode("utf-8", "surrogatepass")).digest()
+        return _document_key(self._chunking, content)
 
     def memory_key(self, content: str) -> bytes:
-        return hashlib.sha256(f"{_PARSER}\0memory\0{content}".encode("utf-8", "surrogatepass")).digest()
+        return _memory_key(content)
 
     def entries(self, keys: Iterable[bytes]) -> Iterator[tuple[bytes, BuiltRows]]:
         """The entries found for `keys` (in no set order), `_LOOKUP` keys looked up at a time and each decoded as it

