@@ -279,3 +279,25 @@ def test_the_runs_label_free_gain_is_the_one_queries_parquet_gives(small_run):
     lines = small_run.summary.splitlines()
     assert any(line.startswith("Rule routing held-out gain") for line in lines)
     assert "One setting per query by rule" in (run_dir / "report.md").read_text()
+
+
+def test_a_rule_that_holds_its_guard_is_applied_only_on_a_significant_held_out_gain_over_the_global_setting():
+    from dataclasses import replace
+
+    from rqsweep.decide.significance import ALPHA, PairedTest
+
+    _, ids, rows = two_slices()
+    features = pl.DataFrame({"query_id": ids, "question": [1.0 if q.startswith("a-") else 0.0 for q in ids]})
+    routing = routing_of(rows, features, DROP)
+    rules = routing.rules
+    test = routing.record("run")["rules"]["held_out"][OVERALL]["rules_over_global"]
+    assert (rules.over_global.mean_difference, rules.over_global.p_value) == (test["mean"], test["p_value"])
+    assert rules.routed and rules.applied == rules.split
+    on_the_bound = replace(rules, over_global=PairedTest(40, 40, 0.4, 0.1, 0.7, ALPHA))
+    assert on_the_bound.applied is None and on_the_bound.cost() == 0
+    assert on_the_bound.sentence().startswith(
+        "Every query gets the global setting: the best rule in sample held its guard (5 of 5 folds won, pooled "
+        "held-out gain +0.4000), but rule routing's held-out gain over the global setting is not significant "
+        "(+0.4000 [+0.1000, +0.7000], p = 0.0500): when")
+    assert replace(rules, over_global=PairedTest(40, 40, 0.4, 0.1, 0.7, ALPHA - 1e-9)).applied == rules.split
+    assert replace(rules, over_global=PairedTest(40, 40, -0.4, -0.7, -0.1, 0.001)).applied is None  # significant, worse

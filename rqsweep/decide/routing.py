@@ -25,7 +25,7 @@ folds also choose and validate routing by rule, for a caller that knows no slice
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -213,9 +213,15 @@ def route(sums: FoldSums, rows_of: Callable[[list[str]], pl.DataFrame], baseline
     columns = np.arange(len(sums.query_ids))
     base_at = np.full(len(columns), position[baseline])
     paired = ok[base_at, columns] & ok[global_at, columns] & ok[routed_at, columns]
+    rules = None
+    if features is not None:
+        rules = learn(chooser, features, list(sums.query_ids), sums.fold, sums.slice_of, rows_of)
+        m = paired & rules.ok
+        over_global = paired_test(rules.values[m] - values[0, global_at, columns][m],
+                                  groups=None if sums.group_of is None else sums.group_of[m])
+        rules = replace(rules, over_global=over_global)
     return Routing(objective, baseline, sums.folds, sums.seed, global_setting, routes, fold_globals, fold_routes,
                    list(sums.query_ids), slice_names, values[0, base_at, columns], values[0, global_at, columns],
                    values[0, routed_at, columns], paired, routed_at != global_at,
                    sensitive[base_at, columns] | sensitive[global_at, columns] | sensitive[routed_at, columns],
-                   sums.group_of, None if features is None else
-                   learn(chooser, features, list(sums.query_ids), sums.fold, sums.slice_of, rows_of))
+                   sums.group_of, rules)

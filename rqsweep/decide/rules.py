@@ -13,7 +13,9 @@ beat the global setting there:
 - ties: the earlier feature wins (the free ones, of the text, before those of a default search), then the
   candidates' order (global first), then the lower threshold.
 - the guard (GUARD), as slice routing's: the rule replaces the global setting only when it holds out on the folds
-  it is chosen on.
+  it is chosen on;
+- and, as the verdict changes the baseline only on a significant gain, the rule is applied (routing.json's `rule`)
+  only when rule routing's held-out gain over the global setting is significant (`significance.paired_test`).
 
 Its held-out gain is measured by nested cross-validation on the folds of the global estimate: each outer fold's
 rule, guard included, is chosen without the fold's queries and scores them. No search is repeated: the
@@ -37,6 +39,7 @@ from rqsweep.decide.choices import Chooser
 from rqsweep.decide.constraints import SliceMeans, constraint_checks
 from rqsweep.decide.cross_validation import matrices
 from rqsweep.decide.query_features import FEATURES
+from rqsweep.decide.significance import PairedTest
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
 
@@ -80,10 +83,17 @@ class Rules:
     fold_rules: tuple[Split | None, ...]  # per outer fold, the rule its queries were sent by (None: its global)
     values: np.ndarray
     ok: np.ndarray
+    # Held out, rule routing minus the global setting over all queries (`routing.route` sets it): a rule is applied
+    # only when this gain is significant, as a verdict changes the baseline only on a significant gain.
+    over_global: PairedTest | None = None
+
+    @property
+    def holds(self) -> bool:
+        return self.over_global is not None and self.over_global.significant and self.over_global.mean_difference > 0
 
     @property
     def applied(self) -> Split | None:
-        return self.split if self.routed else None
+        return self.split if self.routed and self.holds else None
 
     def cost(self) -> int:
         """Searches per query a caller spends on the features the applied rule reads, beyond its own search."""
@@ -91,10 +101,15 @@ class Rules:
 
     def sentence(self) -> str:
         if self.applied is None:
+            guard = (f"{self.folds_won} of {self.folds_compared} folds won, pooled held-out gain "
+                     f"{'n/a' if self.guard_gain is None else f'{self.guard_gain:+.4f}'}")
+            test = self.over_global
             why = ("no feasible rule beats the global setting" if self.split is None else
-                   f"the best rule in sample did not hold out ({self.folds_won} of {self.folds_compared} folds won, "
-                   f"pooled held-out gain {'n/a' if self.guard_gain is None else f'{self.guard_gain:+.4f}'}): "
-                   f"{self.split.sentence(self.global_setting)}")
+                   f"the best rule in sample did not hold out ({guard}): {self.split.sentence(self.global_setting)}"
+                   if not self.routed or test is None else
+                   f"the best rule in sample held its guard ({guard}), but rule routing's held-out gain over the global "
+                   f"setting is not significant ({test.mean_difference:+.4f} [{test.ci_low:+.4f}, {test.ci_high:+.4f}], "
+                   f"p = {test.p_value:.4f}): {self.split.sentence(self.global_setting)}")
             return f"Every query gets the global setting: {why}."
         words = self.applied.sentence(self.global_setting)
         return f"{words[0].upper()}{words[1:]}."
