@@ -191,3 +191,18 @@ def test_the_shipped_handbook_sweep_has_no_value_that_changes_no_rank(handbook_r
     assert len(floors) == 10 and len(half_lives) == 8
     assert ranges.settings == 15 * 11 * 12  # no two quantiles rounded alike; the baseline is in the grid
     assert "changed no rank" not in handbook_run.summary
+
+
+
+def test_a_floor_quantile_below_zero_is_the_floor_zero(tmp_path):
+    from types import SimpleNamespace
+
+    from rqsweep.backends import BACKENDS
+    from rqsweep.config import load_config
+    from rqsweep.search.space import resolve
+
+    sweep = load_config(write_job(tmp_path, sweep=DATA_SWEEP), BACKENDS).sweep
+    data = SimpleNamespace(vector_similarities=lambda: np.array([-0.4, -0.2, 0.1, 0.9]),
+                           memory_ages=lambda: np.array([1.0, 10.0, 100.0]))
+    # A cosine can be negative (all-MiniLM's are); SOAT's min_similarity is in [0, 1]: quantile 0.25 is -0.25 -> 0.
+    assert resolve(sweep, data)["min_similarity"] == [0.0, 0.3]

@@ -103,7 +103,7 @@ def test_grading_the_unlabelled_answer_in_the_pool_changes_the_chosen_setting(fi
             f"{LABELS[BASELINE]} with unjudged as relevant.") in first_report
     second_report = (second.run_dir / "report.md").read_text()
     assert f"The choice holds under both bounds: {LABELS[BASELINE]}." in second_report
-    assert f"| {LABELS[BASELINE]} (baseline, chosen) |    1.0000 |" in second_report  # judged@10: all of it
+    assert f"| {LABELS[BASELINE]} (baseline, best in sample) |    1.0000 |" in second_report  # judged@10: all of it
     judged = pl.read_parquet(second.run_dir / "judgments.parquet")
     assert judged.height == len(rows) and judged["used"].all() and (judged["judge"] == "").all()
     assert judged.filter(pl.col("grade") == 1).select("query_id", "key").sort("query_id").rows() == [
@@ -178,7 +178,7 @@ def test_by_default_the_bounds_compare_the_baseline_and_the_chosen_setting(tmp_p
     bounds = run_bounds(read_run_folder(result.run_dir))
     assert bounds.settings == [BASELINE, RECENCY]
     assert (bounds.lower.choice, bounds.upper.choice) == (RECENCY, BASELINE)
-    assert "the baseline's and the chosen setting's lists (hits.parquet; `ranked: all` bounds every setting)" in \
+    assert "the baseline's and the best in sample's lists (hits.parquet; `ranked: all` bounds every setting)" in \
         (result.run_dir / "report.md").read_text()
 
 

@@ -8,7 +8,7 @@ kept settings by the run's own rule (`constraints.choose_best`: objective, const
 and picks per slice the kept setting best on the slice's objective metric: where the two bounds disagree, the
 labels cannot carry the decision, and grading the pool (`rqsweep pool`) settles it.
 
-The kept lists are hits.parquet's (the baseline and the chosen setting) unless the run kept every setting's
+The kept lists are hits.parquet's (the baseline and the best setting in sample) unless the run kept every setting's
 (`ranked: all`). judged@k is the share of a setting's top-k slots, over its successful searches, whose item is
 labelled or judged.
 """

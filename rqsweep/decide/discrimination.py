@@ -1,11 +1,12 @@
 """The discrimination check, per slice: whether the slice's queries can tell the settings apart at all, and the
-baseline from the chosen setting at the slice's size.
+baseline from the best setting in sample at the slice's size.
 
 - moved: the slice's queries whose first relevant rank differs between some two evaluated settings (failed
   searches left out). A golden set that scores alike with and without a change measures nothing about it.
 - rank vectors: the distinct vectors of the slice's first relevant ranks, query by query (a failed search counts
   as its own rank), across the evaluated settings. 1: every setting ranks the slice alike.
-- tells apart: whether the chosen setting's change of the objective's metric on the slice, from the baseline, is
+- tells apart: whether the best setting in sample's change of the objective's metric on the slice, from the
+  baseline, is
   at least the slice's minimum detectable difference at its size: the queries needed to resolve it
   (`rqsweep.decide.noise.queries_needed`, the run's own spread) are at most the queries it has.
 """
@@ -33,7 +34,7 @@ class SliceCheck:
     queries: int
     moved: int  # queries some two settings rank differently
     vectors: int  # distinct rank vectors across the settings
-    change: float | None  # chosen minus baseline, the objective's metric; None when the baseline is chosen
+    change: float | None  # best in sample minus baseline, the objective's metric; None when the baseline is it
     mdd: float | None
     needed: int | None  # queries that resolve |change| (None: no spread, no change, or too many)
 
@@ -46,23 +47,23 @@ class SliceCheck:
         if self.vectors <= 1:
             return f"no setting moves {self.slice}: {UNMOVED}"
         if self.change is None:
-            return f"{self.moved} of {self.queries} queries move; the baseline is the chosen setting: no change to tell"
+            return f"{self.moved} of {self.queries} queries move; the baseline is the best in sample: no change to tell"
         if self.change == 0:
-            return (f"{self.moved} of {self.queries} queries move, but the chosen setting's mean equals the "
+            return (f"{self.moved} of {self.queries} queries move, but the best in sample's mean equals the "
                     "baseline's: no change to tell")
         if self.tells:
-            return f"tells the chosen setting from the baseline ({self.queries} queries, {self.needed} needed)"
+            return f"tells the best in sample from the baseline ({self.queries} queries, {self.needed} needed)"
         if self.mdd is None:
             return f"{self.moved} of {self.queries} queries move; no spread of the metric to size the change with"
         return (f"{self.queries} queries resolve {self.mdd:.3f} at {POWER:.0%} power; "
-                + (f"{self.needed:,} would resolve the chosen setting's change of {self.change:+.4f}"
+                + (f"{self.needed:,} would resolve the best in sample's change of {self.change:+.4f}"
                    if self.needed else f"no golden set resolves a change of {self.change:+.4f}"))
 
 
 def discrimination(passes: Iterable[pl.DataFrame], noise: Mapping[str, SliceNoise],
                    change: Mapping[str, float | None]) -> list[SliceCheck]:
     """Per slice (sorted): `passes` are per-query rows (COLUMNS) in frames of whole settings, `noise` the
-    objective metric's figures per slice, `change` the chosen setting's change per slice."""
+    objective metric's figures per slice, `change` the best in sample's change per slice."""
     vectors, ranks = [], []
     for rows in passes:
         rows = rows.with_columns(pl.when(pl.col("error").is_null()).then(pl.col("rank")).otherwise(-1).alias("rank"))

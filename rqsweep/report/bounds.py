@@ -1,4 +1,4 @@
-"""The report's unjudged items: judged@k of the baseline and the chosen setting, the decision under both bounds
+"""The report's unjudged items: judged@k of the baseline and the best setting in sample, the decision under both bounds
 (`rqsweep.decide.bounds`), and the judge: what it spent on this run's pool, and its agreement with people."""
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def judge_lines(run: RunFolder) -> list[str]:
 
 def _roles(run: RunFolder) -> dict[str, str]:
     if run.chosen == run.baseline:
-        return {run.baseline: "baseline, chosen"}
-    return {run.baseline: "baseline", run.chosen: "chosen"}
+        return {run.baseline: "baseline, best in sample"}
+    return {run.baseline: "baseline", run.chosen: "best in sample"}
 
 
 def bounds_blocks(run: RunFolder) -> list[Block]:
@@ -68,7 +68,7 @@ def bounds_blocks(run: RunFolder) -> list[Block]:
     metric, slice_ = run.objective
     label = metric_label(metric)
     kept = ("every setting's lists (ranked.parquet)" if (run.path / RANKED).exists() else
-            "the baseline's and the chosen setting's lists (hits.parquet; `ranked: all` bounds every setting)")
+            "the baseline's and the best in sample's lists (hits.parquet; `ranked: all` bounds every setting)")
     rows = [{"setting": f"{run.label(s)} ({role})", f"judged@{b.k}": b.judged_at_k.get(s),
              f"{label} {slice_}, {LOWER}": b.lower.value(s, slice_, metric),
              f"{label} {slice_}, {UPPER}": b.upper.value(s, slice_, metric)}

@@ -31,19 +31,19 @@ def discrimination_blocks(run: RunFolder, figures: Sequence[SliceNoise] | None =
     metric = metric_label(run.objective[0])
     frame = pl.DataFrame([{"slice": c.slice, "queries": c.queries, "moved": c.moved,
                            "moved share": c.moved / c.queries, "rank vectors": c.vectors,
-                           f"Δ {metric} chosen": c.change, "MDD": c.mdd, "queries needed": c.needed,
+                           f"Δ {metric} best": c.change, "MDD": c.mdd, "queries needed": c.needed,
                            "tells apart": "yes" if c.tells else "no",
                            "advice": "no setting moves it: see below" if c.vectors <= 1 else c.advice} for c in checks],
-                         schema_overrides={f"Δ {metric} chosen": pl.Float64, "MDD": pl.Float64,
+                         schema_overrides={f"Δ {metric} best": pl.Float64, "MDD": pl.Float64,
                                            "queries needed": pl.Int64})
     unmoved = [c.slice for c in checks if c.vectors <= 1]
     blocks: list[Block] = [Heading("Which slices tell the settings apart"), Paragraph(
         "Per slice: the queries some setting moves (their first relevant rank differs between two settings), the "
         "distinct vectors of the slice's ranks across the settings (1: every setting ranks it alike), and whether "
-        f"the chosen setting's change of {metric} from the baseline is at least the slice's minimum detectable "
+        f"the change of {metric} from the baseline of the best setting in sample (not necessarily the verdict's) is at least the slice's minimum detectable "
         "difference at its size (the queries needed, as in the noise section, at most the queries it has).")]
     if frame.height:
-        blocks.append(Table(frame, note="Δ –: the baseline is the chosen setting. queries needed –: no spread or no "
+        blocks.append(Table(frame, note="Δ –: the baseline is the best in sample. queries needed –: no spread or no "
                                         "change to size."))
     if unmoved:
         blocks.append(Paragraph(f"No setting moves {', '.join(unmoved)}: {UNMOVED}."))

@@ -17,7 +17,8 @@ from rqsweep.knobs import HALF_LIFE, KNOBS, MIN_SIMILARITY, OFF, RRF_K, Knobs
 
 # Values a sweep takes from the data (docs/sweeps.md), resolved once the backend has its candidates:
 # - `min_similarity: {quantiles: [...]}`: quantiles of the similarity of every vector-channel candidate of every
-#   golden query, before the floor (the list a floor cuts, whatever the setting), rounded to 3 decimals. A floor
+#   golden query, before the floor (the list a floor cuts, whatever the setting), rounded to 3 decimals and kept in
+#   [0, 1] (a negative quantile is the floor 0). A floor
 #   below every similarity the vector channel returns changes no rank.
 # - `recency_half_life_days: {age_quantiles: [...]}`: quantiles of every memory's age in days at the run's clock,
 #   rounded to 2 significant digits. A half-life far from every memory's age changes no rank either.
@@ -34,7 +35,8 @@ class KnobData(Protocol):
 
 # Knob -> (what is quantiled, how a quantile is rounded, what it is called).
 _SOURCES: dict[str, tuple[Callable[[KnobData], np.ndarray], Callable[[float], float], str]] = {
-    MIN_SIMILARITY: (lambda data: data.vector_similarities(), lambda v: round(v, 3),
+    # A cosine can be below 0 (a model that spreads its vectors); a floor is in SOAT's [0, 1].
+    MIN_SIMILARITY: (lambda data: data.vector_similarities(), lambda v: min(max(round(v, 3), 0.0), 1.0),
                      "the vector channel's similarities"),
     HALF_LIFE: (lambda data: data.memory_ages(), lambda v: float(f"{v:.2g}"), "the memories' ages in days"),
 }
