@@ -116,6 +116,8 @@ def test_the_readme_quotes_the_default_handbook_run(tmp_path):
     if record["server_profile"]["numerics"] == QUOTED_ON:
         assert lines[: len(block)] == block
     assert [masked(line) for line in lines[: len(block)]] == [masked(line) for line in block]
+    # The shipped grid's axes act under the default model: no knob value changes no rank.
+    assert not [line for line in lines if "changed no rank" in line]
     # The report's queries needed for semantic's MRR max_drop, recomputed from queries.parquet: the spread of the
     # per-query differences from the baseline over the settings that move the slice, then the paired t-test's
     # power equation solved for n.
