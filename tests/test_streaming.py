@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rqsweep import files, metrics
+from rqsweep.backends import build_backend
 from rqsweep.backends.base import OUTCOME_SCHEMA
 from rqsweep.decide.constraints import SliceMeans, choose_best
 from rqsweep.files import write_parquet_groups
@@ -35,6 +36,13 @@ def inputs(tmp_path_factory):
     config = write_job(tmp_path_factory.mktemp("job"), metrics=METRICS, constraints=CONSTRAINTS,
                        validation={"folds": 3, "seed": 7})
     return load_inputs(config)
+
+
+@pytest.fixture(scope="module")
+def backend(inputs, tmp_path_factory):
+    """The embedded engine: finish searches the baseline once, for the query features routing by rule reads."""
+    return build_backend(inputs.config, inputs.searched, inputs.corpus, workers=1, log=lambda _: None,
+                         run_dir=tmp_path_factory.mktemp("engine"))
 
 
 def _rows(knobs: Knobs, outcomes: list[int | None | str]) -> pl.DataFrame:
@@ -83,7 +91,8 @@ def _superseded(rows: pl.DataFrame) -> pl.DataFrame:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=histories())
-def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs, tmp_path_factory, history):
+def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs, backend, tmp_path_factory,
+                                                                         history):
     parts, consolidated, rows_per_group = history
     run_dir = tmp_path_factory.mktemp("run")
     if consolidated:
@@ -91,7 +100,7 @@ def test_the_streamed_outputs_equal_the_whole_table_reference_bit_for_bit(inputs
         done = _superseded(pl.concat(parts[:consolidated]))
         frames = [group for _, group in done.group_by("setting_id", maintain_order=True)]
         write_parquet_groups(run_dir / "queries.parquet", frames, rows_per_group=rows_per_group)
-    sweep = Sweep(inputs, None, run_dir, "r1", Progress(0, "test", quiet=True))
+    sweep = Sweep(inputs, backend, run_dir, "r1", Progress(0, "test", quiet=True))
     for part in parts[consolidated:]:
         sweep.state.record(part)
     metadata = {"rqsweep.test": "1"}
