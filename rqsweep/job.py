@@ -195,7 +195,7 @@ def _run_in(run_dir: Path, inputs: Inputs, record: RunRecord, progress: Progress
     if verdict.applied is not None:
         routing = {**verdict.applied.record(run_id), "decision": decision}
         write_routing(run_dir, routing)
-        held_out += routing_lines(routing, label)
+        held_out += routing_lines(routing, label, run_dir)
     ranges = knob_ranges(run_dir, done.grid, done.best)
     summary = summarise(done.grid, done.best, sweep.baseline_id, (config.objective.metric, config.objective.slice),
                         inputs.metrics, decided.verdicts.rejected(), named, held_out,

@@ -2,6 +2,7 @@
 choice."""
 
 from __future__ import annotations
+from pathlib import Path
 
 import polars as pl
 
@@ -29,16 +30,20 @@ def _with_ci(figure: dict) -> str:
     return f"{_signed(figure['mean'])} {_ci(figure)}"
 
 
-def summary_lines(data: dict, metric_label: str) -> list[str]:
-    """The console's routing lines: the held-out gain beside the global one, then the table."""
+def _headline(data: dict, metric_label: str) -> str:
+    """Slice routing's held-out gain beside the global setting's."""
     overall = data["held_out"]["slices"][OVERALL]
-    folds = data["held_out"]["folds"]
     routed = [s for s, r in data["slices"].items() if r["routed"]]
-    lines = [f"Routing held-out gain (one setting per slice, nested {folds}-fold CV): overall {metric_label} "
-             f"{_with_ci(overall['routing_gain'])} vs the global setting's {_with_ci(overall['global_gain'])}; "
-             f"routing - global {_with_ci(overall['routing_over_global'])} "
-             f"({len(routed)} of {len(data['slices'])} slices routed; {int(data['held_out']['confidence'] * 100)}% "
-             f"bootstrap intervals)"]
+    return (f"Routing held-out gain (one setting per slice, nested {data['held_out']['folds']}-fold CV): overall "
+            f"{metric_label} {_with_ci(overall['routing_gain'])} vs the global setting's "
+            f"{_with_ci(overall['global_gain'])}; routing - global {_with_ci(overall['routing_over_global'])} "
+            f"({len(routed)} of {len(data['slices'])} slices routed; {int(data['held_out']['confidence'] * 100)}% "
+            f"bootstrap intervals)")
+
+
+def summary_lines(data: dict, metric_label: str, run_dir: Path) -> list[str]:
+    """The console's routing lines: the held-out gain beside the global one, the table, then routing by rule."""
+    lines = [_headline(data, metric_label)]
     lines.append(f"  {'slice':<16}{'queries':>8}  {'setting':<52}{'guard':>8}  {'Δ global':>9}  {'Δ routing':>9}")
     for s, r in data["slices"].items():
         h = data["held_out"]["slices"][s]
@@ -46,24 +51,29 @@ def summary_lines(data: dict, metric_label: str) -> list[str]:
         setting = Knobs.from_id(r["setting_id"]).label() + ("" if r["routed"] else " (global)")
         lines.append(f"  {s:<16}{h['queries']:>8}  {setting:<52}{guard:>8}  "
                      f"{_signed(h['global_gain']['mean']):>9}  {_signed(h['routing_gain']['mean']):>9}")
-    return lines + rules_lines(data, metric_label)
+    return lines + rules_lines(data, metric_label, run_dir)
 
 
-def rules_lines(data: dict, metric_label: str) -> list[str]:
-    """The console's two lines of routing by rule (routing.json's `rules`): its held-out gain beside slice routing's
-    and the global setting's, each slice's, and the rule in words; none without rules."""
+def _rules_headline(data: dict, metric_label: str) -> str:
+    """Routing by rule's held-out gain beside slice routing's and the global setting's, and each slice's."""
+    held_out, overall = data["rules"]["held_out"], data["held_out"]["slices"][OVERALL]
+    by_slice = ", ".join(f"{s} {_signed(h['rules_gain']['mean'])}" for s, h in held_out.items() if s != OVERALL)
+    return (f"Rule routing held-out gain (for a caller that knows no slice; nested {data['held_out']['folds']}-fold "
+            f"CV): overall {metric_label} {_with_ci(held_out[OVERALL]['rules_gain'])} vs slice routing's "
+            f"{_with_ci(overall['routing_gain'])} and the global setting's {_with_ci(overall['global_gain'])}; "
+            f"by slice: {by_slice}")
+
+
+def rules_lines(data: dict, metric_label: str, run_dir: Path) -> list[str]:
+    """The console's two lines of routing by rule (routing.json's `rules`): the headline, and the rule in words
+    with the command that applies it to a query; none without rules."""
     rules = data.get("rules")
     if rules is None:
         return []
-    held_out, overall = rules["held_out"], data["held_out"]["slices"][OVERALL]
-    by_slice = ", ".join(f"{s} {_signed(h['rules_gain']['mean'])}" for s, h in held_out.items() if s != OVERALL)
     cost = rules["cost_searches"]
-    return [f"Rule routing held-out gain (for a caller that knows no slice; nested {data['held_out']['folds']}-fold "
-            f"CV): overall {metric_label} {_with_ci(held_out[OVERALL]['rules_gain'])} vs slice routing's "
-            f"{_with_ci(overall['routing_gain'])} and the global setting's {_with_ci(overall['global_gain'])}; "
-            f"by slice: {by_slice}",
+    return [_rules_headline(data, metric_label),
             f"  {rules['sentence']} ({cost} extra search{'' if cost == 1 else 'es'} per query; routing.json's rules, "
-            f"`rqsweep route RUN_DIR QUERY`)"]
+            f"`rqsweep route {run_dir} QUERY`)"]
 
 
 def _guard_words(route: dict) -> str:
@@ -122,7 +132,7 @@ def _rules_section(data: dict, metric_label: str) -> list[Block]:
         return []
     cost = rules["cost_searches"]
     return [Heading("One setting per query by rule (routing without the slice)"), Paragraph(
-        f"{rules_lines(data, metric_label)[0]}. A caller rarely knows a query's slice; a rule on what it can compute "
+        f"{_rules_headline(data, metric_label)}. A caller rarely knows a query's slice; a rule on what it can compute "
         f"of the query (its text, and optionally one default search's results, which costs a second search) needs "
         f"none. The rule: {rules['sentence']} It costs {cost} extra search{'' if cost == 1 else 'es'} per query. "
         f"It is one threshold on one feature, each side sent the global setting or a slice's own best, chosen as "
@@ -139,7 +149,7 @@ def _rules_section(data: dict, metric_label: str) -> list[Block]:
 
 def _routing_section(data: dict, metric_label: str) -> list[Block]:
     folds = data["held_out"]["folds"]
-    return [Paragraph(summary_lines(data, metric_label)[0] + "."), Paragraph(
+    return [Paragraph(_headline(data, metric_label) + "."), Paragraph(
         f"SOAT's search takes the knobs in each request, so a caller that knows a query's slice can send it the "
         f"slice's own setting ({ROUTING} holds each slice's request fields). A slice's own setting is its best "
         f"feasible one on its own queries, under the constraints covering it (those of other slices and of overall "
