@@ -41,6 +41,7 @@ import select
 import signal
 import sys
 import threading
+import types
 from pathlib import Path
 from typing import Iterator
 
@@ -258,7 +259,19 @@ def _print_report(run_dir: Path) -> None:
     print(f"Report: {run_dir / 'report.md'} and {run_dir / 'report.html'}")
 
 
-def _interrupt(signal_number: int, _frame: object) -> None:
+# Libraries whose Python code runs as callbacks of native code that turns an exception into another error (polars
+# once reported "cannot create expression literal for value of type range" for an interrupt raised in its `lit`).
+_DEFERRING = tuple(f"{os.sep}{name}{os.sep}" for name in ("polars", "pyarrow"))
+
+
+def _deliver_again(signal_number: int) -> None:
+    threading.Timer(0.01, os.kill, (os.getpid(), signal_number)).start()
+
+
+def _interrupt(signal_number: int, frame: types.FrameType | None) -> None:
+    if frame is not None and any(part in frame.f_code.co_filename for part in _DEFERRING):
+        _deliver_again(signal_number)  # raised once the library's Python code has returned to ours
+        return
     raise Interrupted(signal_number)
 
 
@@ -274,7 +287,7 @@ def _signals_interrupt() -> Iterator[None]:
         # a __del__): Python would print it and go on. The signal is sent again a moment later, from another
         # thread, so that it lands after this hook (and, most likely, the callback) has returned.
         if isinstance(unraisable.exc_value, Interrupted):
-            threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signal_number)).start()
+            _deliver_again(unraisable.exc_value.signal_number)
         else:
             hook(unraisable)
 

@@ -113,6 +113,30 @@ def test_an_interrupt_that_a_callback_swallows_is_delivered_again(capsys):
     assert "Exception ignored" not in capsys.readouterr().err
 
 
+def test_an_interrupt_that_lands_in_a_librarys_python_code_is_raised_once_it_returns(tmp_path):
+    # Native code that calls a library's Python code can turn an exception raised there into another error
+    # (polars: "cannot create expression literal for value of type range"). A function compiled under a polars
+    # path stands in for such code: the signal lands while it runs, and it must finish before Interrupted rises.
+    from rqsweep import cli
+    from rqsweep.errors import Interrupted
+
+    library = {}
+    exec(compile("import os, signal\n"
+                 "def work(done):\n"
+                 "    os.kill(os.getpid(), signal.SIGTERM)\n"
+                 "    for _ in range(1000):\n"
+                 "        pass\n"
+                 "    done.append(True)\n", str(tmp_path / "polars" / "functions.py"), "exec"), library)
+    done = []
+    with pytest.raises(Interrupted) as caught:
+        with cli._signals_interrupt():
+            library["work"](done)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pass
+    assert done == [True] and caught.value.signal_number == signal.SIGTERM
+
+
 # `cli.entry()` as the console script runs it, with `main` replaced by what a command might do.
 ENTRY = "import os, sys\nfrom rqsweep import cli\n{body}\ncli.main = main\ncli.entry()\n"
 DEAD_PEER = '''
