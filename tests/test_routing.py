@@ -12,7 +12,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from rqsweep.config import Constraint, Validation
 from rqsweep.decide.constraints import choose_best
 from rqsweep.golden import OVERALL
-from rqsweep.decide.choices import Chooser, fold_sum
+from rqsweep.decide.choices import Chooser, fold_sum, guard
 from rqsweep.decide.routing import Route, route
 from rqsweep.decide.cross_validation import FoldSums, Rule, assign_folds
 from tests.test_validation import fold_members, golden, per_query
@@ -293,3 +293,16 @@ def test_a_routing_json_whose_routed_is_not_a_boolean_is_refused_naming_the_slic
     write_routing(tmp_path, data)
     with pytest.raises(InputError, match=r"slices\.s\.routed.*'False'"):
         read_routing(tmp_path)
+
+
+def test_the_guard_wants_a_strict_majority_of_folds_and_a_pooled_gain_above_zero():
+    # The guard slice routing and rule routing share, at its edges: half the folds won is not a majority, an exact
+    # tie of means is not a win, a pooled gain of exactly zero does not route, and a fold with no mean counts as
+    # compared but neither wins nor weighs in the pooled gain.
+    assert guard([(0.6, 0.5, 10), (0.5, 0.6, 10)]) == (1, 2, 0.0, False)
+    assert guard([(0.75, 0.5, 4), (0.5, 0.5, 4), (0.625, 0.5, 4)]) == (2, 3, 0.125, True)
+    assert guard([(0.5, 0.5, 4), (0.5, 0.5, 4)]) == (0, 2, 0.0, False)
+    assert guard([(0.75, 0.5, 4), (0.75, 0.5, 4), (0.0, 0.5, 4)]) == (2, 3, 0.0, False)
+    assert guard([(0.75, 0.5, 4), (None, 0.5, 4), (0.5, 0.25, 4)]) == (2, 3, 0.25, True)
+    assert guard([(0.75, 0.5, 4), (None, 0.5, 4), (None, None, 4)]) == (1, 3, 0.25, False)
+    assert guard([]) == (0, 0, None, False)

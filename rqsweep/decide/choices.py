@@ -5,7 +5,7 @@ sums of the evaluated grid, each part of the folds chosen on once."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -22,6 +22,23 @@ def fold_sum(a: np.ndarray, folds: tuple[int, ...]) -> np.ndarray:
     for f in folds:
         total += a[f]
     return total
+
+
+def guard(held_out: Iterable[tuple[float | None, float | None, int]]) -> tuple[int, int, float | None, bool]:
+    """The guard of slice routing and of rule routing, on (routed mean, global mean, queries) of each inner fold
+    compared: the folds won, the folds compared, the pooled held-out gain, and whether the route replaces the global
+    setting (a strict majority of the folds won, with a pooled gain above zero)."""
+    won = compared = queries = 0
+    gained = 0.0
+    for mine, theirs, n in held_out:
+        compared += 1
+        if mine is not None and theirs is not None:
+            won += mine > theirs
+            gained += (mine - theirs) * n
+            queries += n
+    # Plain Python values: numpy's bool_ would reach routing.json as the string "True" or "False".
+    gain = float(gained / queries) if queries else None
+    return won, compared, gain, bool(2 * won > compared and gain is not None and gain > 0)
 
 
 class Chooser:

@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from rqsweep.config import Constraint
-from rqsweep.decide.choices import Chooser
+from rqsweep.decide.choices import Chooser, guard
 from rqsweep.decide.rules import Rules, learn
 from rqsweep.golden import OVERALL
 from rqsweep.knobs import Knobs
@@ -161,22 +161,14 @@ def _guarded(chooser: Chooser, folds: tuple[int, ...]) -> tuple[str, dict[str, R
             routes[s] = Route(chosen, chosen, False, 0, 0, None)
             continue
         k = chooser.slices.index(s)
-        won = compared = queries = 0
-        gained = 0.0
-        for h in folds:
-            if not chooser.members[h, k]:
-                continue
+
+        def fold_means(h: int) -> tuple[float | None, float | None, int]:
             inner_global, inner_own = chooser.choose(tuple(x for x in folds if x != h))
-            compared += 1
-            mine, theirs = chooser.mean(inner_own.get(s, inner_global), h, k), chooser.mean(inner_global, h, k)
-            if mine is not None and theirs is not None:
-                won += mine > theirs
-                gained += (mine - theirs) * chooser.members[h, k]
-                queries += chooser.members[h, k]
-        # Plain Python values: numpy's bool_ would reach routing.json as the string "True" or "False".
-        gain = float(gained / queries) if queries else None
-        routed = bool(compared > 0 and 2 * won > compared and gain is not None and gain > 0)
-        routes[s] = Route(candidate if routed else chosen, candidate, routed, won, compared, gain)
+            return (chooser.mean(inner_own.get(s, inner_global), h, k), chooser.mean(inner_global, h, k),
+                    chooser.members[h, k])
+
+        won, n_compared, gain, routed = guard(fold_means(h) for h in folds if chooser.members[h, k])
+        routes[s] = Route(candidate if routed else chosen, candidate, routed, won, n_compared, gain)
     return chosen, routes
 
 

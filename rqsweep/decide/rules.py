@@ -35,7 +35,7 @@ from typing import Callable, Mapping
 import numpy as np
 import polars as pl
 
-from rqsweep.decide.choices import Chooser
+from rqsweep.decide.choices import Chooser, guard
 from rqsweep.decide.constraints import SliceMeans, constraint_checks
 from rqsweep.decide.cross_validation import matrices
 from rqsweep.decide.query_features import FEATURES
@@ -264,22 +264,15 @@ class _Learner:
         split = self.fit(folds)
         if split is None:
             return None, False, 0, 0, None
-        won = compared = queries = 0
-        gained = 0.0
-        for h in folds:
+
+        def fold_means(h: int) -> tuple[float | None, float | None, int]:
             inner = tuple(x for x in folds if x != h)
             inner_global = self.chooser.choose(inner)[0]
-            mine = self.held_out_mean(self.policy(self.fit(inner), inner_global), h)
-            theirs = self.held_out_mean(self.policy(None, inner_global), h)
-            compared += 1
-            if mine is not None and theirs is not None:
-                n = int((self.fold == h).sum())
-                won += mine > theirs
-                gained += (mine - theirs) * n
-                queries += n
-        gain = float(gained / queries) if queries else None
-        routed = bool(2 * won > compared and gain is not None and gain > 0)
-        return split, routed, won, compared, gain
+            return (self.held_out_mean(self.policy(self.fit(inner), inner_global), h),
+                    self.held_out_mean(self.policy(None, inner_global), h), int((self.fold == h).sum()))
+
+        won, n_compared, gain, routed = guard(fold_means(h) for h in folds)
+        return split, routed, won, n_compared, gain
 
 
 def learn(chooser: Chooser, features: pl.DataFrame, query_ids: list[str], fold: np.ndarray, slice_of: np.ndarray,

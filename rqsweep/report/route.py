@@ -42,12 +42,12 @@ def parse_features(pairs: list[str]) -> dict[str, float]:
 
 def _kept_search(run_dir: Path, query: str) -> dict[str, float | None] | None:
     """The default search's features of a golden query of the run, from the baseline's kept ranked list."""
-    hits = pl.read_parquet(run_dir / HITS).filter(pl.col("is_baseline"))
     ids = (pl.scan_parquet(run_dir / QUERIES).filter(pl.col("query") == query).select("query_id")
            .unique().collect()["query_id"].to_list())
     if not ids:
         return None
-    rows = hits.filter(pl.col("query_id") == ids[0]).sort("position")
+    rows = (pl.scan_parquet(run_dir / HITS).filter(pl.col("is_baseline") & (pl.col("query_id") == ids[0]))
+            .sort("position").collect())
     errors = rows.filter(pl.col("error").is_not_null())["error"].to_list()
     return search_features(errors[0] if errors else [
         RankedHit(r["position"], r["key"], r["source_type"], r["chunk"], r["score"], r["vector"], r["lexical"],
